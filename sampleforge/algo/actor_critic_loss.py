@@ -1,0 +1,305 @@
+"""The full actor-critic loss for the algorithm variants the library supports.
+
+Responsible for: choosing advantages and value targets (V-trace or GAE) for a rollout,
+and combining the policy, value and entropy terms into one scalar for
+``"appo"`` (PPO clipping, Petrenko et al. 2020), ``"impala"`` (V-trace + plain policy
+gradient, Espeholt et al. 2018) and ``"a3c"`` (GAE / n-step returns + plain policy
+gradient, Mnih et al. 2016), together with a few diagnostic metrics.
+
+Must not: run networks, step optimisers, read config files, log, or touch processes;
+it maps tensors (and a small frozen settings object) to tensors and floats, importing
+only torch and the sibling ``algo`` modules.
+
+Shapes: ``log_probs, entropy, behaviour_log_probs, rewards, dones, valids: [T, B]``;
+``values, behaviour_values: [T + 1, B]`` whose last row is the bootstrap value V(x_T).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from sampleforge.algo.gae import gae_advantages
+from sampleforge.algo.losses import (
+    entropy_loss,
+    masked_mean,
+    normalize_advantages,
+    policy_gradient_loss,
+    ppo_clipped_policy_loss,
+    value_loss,
+)
+from sampleforge.algo.vtrace import MAX_LOG_RATIO, importance_ratio, vtrace_targets
+
+ALGORITHMS = ("appo", "impala", "a3c")
+
+
+def check_algorithm(algorithm: str) -> None:
+    """Raise ValueError unless ``algorithm`` is one of ALGORITHMS."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(
+            f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
+        )
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """Hyper-parameters of the actor-critic loss."""
+
+    algorithm: str
+    """"appo" (PPO clipped surrogate), "impala" (V-trace + plain PG) or "a3c" (GAE + plain PG)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda, used by "a3c" and by "appo" without V-trace (1.0 = n-step returns)."""
+    with_vtrace: bool = True
+    """"appo" only: V-trace targets/advantages if True, else GAE on behaviour values.
+    "impala" always uses V-trace and "a3c" never does."""
+    vtrace_rho_bar: float = 1.0
+    """V-trace truncation of the importance weight rho (also the pg rho clip)."""
+    vtrace_c_bar: float = 1.0
+    """V-trace truncation of the trace coefficients c."""
+    ppo_clip_ratio: float = 0.1
+    """PPO epsilon: the ratio is clipped to [1/(1+eps), 1+eps] ("appo" only)."""
+    value_clip: float | None = None
+    """If set, PPO-style clipped value loss around the behaviour values, with this range."""
+    value_loss_coeff: float = 0.5
+    """Weight of the value loss in the total."""
+    entropy_coeff: float = 0.003
+    """Weight of the entropy bonus in the total."""
+    normalize_advantages: bool = True
+    """Normalise policy advantages to zero mean / unit std over valid samples."""
+
+    def __post_init__(self) -> None:
+        check_algorithm(self.algorithm)
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 <= self.gae_lambda <= 1.0:
+            raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
+        for name in ("vtrace_rho_bar", "vtrace_c_bar", "ppo_clip_ratio"):
+            if getattr(self, name) <= 0.0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.value_clip is not None and self.value_clip <= 0.0:
+            raise ValueError(f"value_clip must be > 0 or None, got {self.value_clip}")
+
+    @property
+    def uses_vtrace(self) -> bool:
+        """Whether advantages and value targets come from V-trace."""
+        return self.algorithm == "impala" or (self.algorithm == "appo" and self.with_vtrace)
+
+
+@dataclass
+class LossOutput:
+    """Result of :func:`actor_critic_loss`."""
+
+    total: Tensor
+    """Scalar to minimise: policy + value_loss_coeff * value - entropy_coeff * entropy."""
+    policy_loss: Tensor
+    """Scalar policy term (PPO surrogate or plain policy gradient)."""
+    value_loss: Tensor
+    """Scalar (unweighted) value regression term."""
+    entropy: Tensor
+    """Scalar mean policy entropy over valid samples (positive; the bonus is its negation)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Diagnostics: approx_kl, clip_fraction, mean_rho, mean_advantage, explained_variance."""
+
+
+def actor_critic_loss(
+    *,
+    settings: LossSettings,
+    log_probs: Tensor,
+    entropy: Tensor,
+    values: Tensor,
+    behaviour_log_probs: Tensor,
+    behaviour_values: Tensor,
+    rewards: Tensor,
+    dones: Tensor,
+    valids: Tensor | None = None,
+) -> LossOutput:
+    """Actor-critic loss for ``settings.algorithm`` on one time-major rollout.
+
+    Args:
+        settings: which algorithm and its hyper-parameters.
+        log_probs: [T, B] log pi(a_t|x_t) under the current network (with grad).
+        entropy: [T, B] entropy of pi(.|x_t) under the current network (with grad).
+        values: [T + 1, B] V(x_t) under the current network (with grad); last row is V(x_T).
+        behaviour_log_probs: [T, B] log mu(a_t|x_t) recorded by the acting policy.
+        behaviour_values: [T + 1, B] values recorded by the acting policy (last row may be
+            the current network's bootstrap value).
+        rewards: [T, B] r_t.
+        dones: [T, B] 1.0 where the episode ended with the transition at step t.
+        valids: optional [T, B] 0/1 mask of the samples to learn from.
+
+    Returns:
+        LossOutput with scalar total / policy / value / entropy tensors and float metrics.
+    """
+    check_algorithm(settings.algorithm)
+    _check_shapes(
+        log_probs, entropy, values, behaviour_log_probs, behaviour_values, rewards, dones, valids
+    )
+    raw_advantages, targets = _advantages_and_targets(
+        settings, log_probs, values, behaviour_log_probs, behaviour_values, rewards, dones, valids
+    )
+    advantages = raw_advantages
+    if settings.normalize_advantages:
+        advantages = normalize_advantages(raw_advantages, valids)
+
+    policy = _policy_loss(settings, log_probs, behaviour_log_probs, advantages, valids)
+    critic = value_loss(
+        values=values[:-1],
+        targets=targets,
+        old_values=behaviour_values[:-1],
+        clip_value=settings.value_clip,
+        valids=valids,
+    )
+    mean_entropy = -entropy_loss(entropy, valids)
+    total = policy + settings.value_loss_coeff * critic - settings.entropy_coeff * mean_entropy
+
+    metrics = _metrics(
+        settings, log_probs, behaviour_log_probs, raw_advantages, values[:-1], targets, valids
+    )
+    return LossOutput(
+        total=total, policy_loss=policy, value_loss=critic, entropy=mean_entropy, metrics=metrics
+    )
+
+
+def _check_shapes(
+    log_probs: Tensor,
+    entropy: Tensor,
+    values: Tensor,
+    behaviour_log_probs: Tensor,
+    behaviour_values: Tensor,
+    rewards: Tensor,
+    dones: Tensor,
+    valids: Tensor | None,
+) -> None:
+    """Raise ValueError unless per-step tensors are [T, B] and value tensors [T + 1, B]."""
+    if log_probs.dim() != 2:
+        raise ValueError(f"log_probs must be time-major [T, B], got {tuple(log_probs.shape)}")
+    steps, batch = log_probs.shape
+    per_step = {
+        "entropy": entropy,
+        "behaviour_log_probs": behaviour_log_probs,
+        "rewards": rewards,
+        "dones": dones,
+    }
+    if valids is not None:
+        per_step["valids"] = valids
+    for name, tensor in per_step.items():
+        if tensor.shape != (steps, batch):
+            raise ValueError(f"{name} must be [T, B] = {(steps, batch)}, got {tuple(tensor.shape)}")
+    for name, tensor in {"values": values, "behaviour_values": behaviour_values}.items():
+        if tensor.shape != (steps + 1, batch):
+            raise ValueError(
+                f"{name} must be [T + 1, B] = {(steps + 1, batch)}, got {tuple(tensor.shape)}"
+            )
+
+
+def _advantages_and_targets(
+    settings: LossSettings,
+    log_probs: Tensor,
+    values: Tensor,
+    behaviour_log_probs: Tensor,
+    behaviour_values: Tensor,
+    rewards: Tensor,
+    dones: Tensor,
+    valids: Tensor | None,
+) -> tuple[Tensor, Tensor]:
+    """Policy advantages [T, B] and value targets [T, B], both without grad.
+
+    V-trace ("impala", "appo" with V-trace): V(x) = current values, detached.
+    GAE, "appo" without V-trace: behaviour values (the PPO recipe).
+    GAE, "a3c": current values, detached, no importance correction.
+    """
+    if settings.uses_vtrace:
+        current = values.detach()
+        vtrace = vtrace_targets(
+            behaviour_log_probs=behaviour_log_probs,
+            target_log_probs=log_probs.detach(),
+            rewards=rewards,
+            values=current[:-1],
+            bootstrap_value=current[-1],
+            dones=dones,
+            gamma=settings.gamma,
+            rho_bar=settings.vtrace_rho_bar,
+            c_bar=settings.vtrace_c_bar,
+            valids=valids,
+        )
+        return vtrace.pg_advantages, vtrace.vs
+    critic_values = behaviour_values if settings.algorithm == "appo" else values
+    critic_values = critic_values.detach()
+    return gae_advantages(
+        rewards=rewards,
+        values=critic_values[:-1],
+        bootstrap_value=critic_values[-1],
+        dones=dones,
+        gamma=settings.gamma,
+        lambda_=settings.gae_lambda,
+        valids=valids,
+    )
+
+
+def _policy_loss(
+    settings: LossSettings,
+    log_probs: Tensor,
+    behaviour_log_probs: Tensor,
+    advantages: Tensor,
+    valids: Tensor | None,
+) -> Tensor:
+    """PPO clipped surrogate for "appo", plain policy gradient for "impala" and "a3c"."""
+    if settings.algorithm == "appo":
+        return ppo_clipped_policy_loss(
+            log_probs=log_probs,
+            behaviour_log_probs=behaviour_log_probs,
+            advantages=advantages,
+            clip_ratio=settings.ppo_clip_ratio,
+            valids=valids,
+        )
+    return policy_gradient_loss(log_probs=log_probs, advantages=advantages, valids=valids)
+
+
+def _metrics(
+    settings: LossSettings,
+    log_probs: Tensor,
+    behaviour_log_probs: Tensor,
+    advantages: Tensor,
+    values: Tensor,
+    targets: Tensor,
+    valids: Tensor | None,
+) -> dict[str, float]:
+    """Float diagnostics over valid samples (no grad).
+
+    approx_kl: KL(mu || pi) estimated as E[(r - 1) - log r] (non-negative, low variance).
+    clip_fraction: share of samples whose ratio lies outside the PPO clip window.
+    mean_rho: mean unclipped importance ratio pi/mu.
+    mean_advantage: mean advantage before normalisation.
+    explained_variance: 1 - Var[target - V] / Var[target] (NaN if Var[target] == 0).
+    """
+    with torch.no_grad():
+        log_ratio = (log_probs - behaviour_log_probs).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+        ratio = importance_ratio(log_probs, behaviour_log_probs)
+        eps = settings.ppo_clip_ratio
+        outside = (ratio > 1.0 + eps) | (ratio < 1.0 / (1.0 + eps))
+        return {
+            "approx_kl": masked_mean((ratio - 1.0) - log_ratio, valids).item(),
+            "clip_fraction": masked_mean(outside.to(ratio.dtype), valids).item(),
+            "mean_rho": masked_mean(ratio, valids).item(),
+            "mean_advantage": masked_mean(advantages, valids).item(),
+            "explained_variance": _explained_variance(values.detach(), targets, valids),
+        }
+
+
+def _explained_variance(values: Tensor, targets: Tensor, valids: Tensor | None) -> float:
+    """1 - Var[targets - values] / Var[targets] over valid entries; NaN if Var[targets] == 0."""
+    target_var = _masked_var(targets, valids)
+    if target_var == 0.0:
+        return math.nan
+    return 1.0 - _masked_var(targets - values, valids) / target_var
+
+
+def _masked_var(x: Tensor, valids: Tensor | None) -> float:
+    """Population variance of the valid entries of x."""
+    centred = x - masked_mean(x, valids)
+    return masked_mean(centred**2, valids).item()

@@ -1,0 +1,76 @@
+"""The process shell every component runs in, and the in-process host serial mode uses.
+
+A component is any object with `name`, `running`, `poll(timeout)` and `close()`. In its own
+process it is built there (from picklable arguments), polled until it stops, and every
+exception is sent to the runner as `ComponentFailed` with its traceback before the process
+exits non-zero: failures always reach the runner, they are never only logged.
+
+Children ignore SIGINT (Ctrl-C reaches the whole process group; the runner alone decides how
+to shut down) and ask the kernel to kill them if the runner dies (Linux parent-death signal).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import traceback
+from typing import Any, Callable, Protocol
+
+from sampleforge.comms.messages import ComponentFailed, ComponentStarted, ComponentStopped
+from sampleforge.comms.queues import send_many
+
+POLL_TIMEOUT_SEC = 0.1
+
+
+class Component(Protocol):
+    name: str
+    running: bool
+
+    def poll(self, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def _die_with_parent() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except OSError:
+        pass  # best effort: the runner also stops children explicitly
+
+
+def component_main(name: str, build: Callable[..., Component], kwargs: dict[str, Any],
+                   report_queue, parent_pid: int, torch_threads: int = 1) -> None:
+    """Entry point of a component process: build, poll until stopped, report everything."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    if os.getppid() != parent_pid:  # the runner died before we could arm the signal
+        os._exit(1)
+    import torch
+
+    torch.set_num_threads(torch_threads)
+    component = None
+    try:
+        component = build(**kwargs)
+        send_many(report_queue, [ComponentStarted(name, os.getpid())])
+        while component.running:
+            component.poll(POLL_TIMEOUT_SEC)
+        component.close()
+        send_many(report_queue, [ComponentStopped(name)])
+    except BaseException as e:  # noqa: BLE001 - every failure must reach the runner
+        report_failure(report_queue, name, e)
+        sys.exit(1)
+
+
+def report_failure(report_queue, name: str, error: BaseException) -> None:
+    message = ComponentFailed(name, f"{type(error).__name__}: {error}",
+                              "".join(traceback.format_exception(error)))
+    try:
+        send_many(report_queue, [message], timeout=5.0)
+    except Exception:  # noqa: BLE001 - the queue itself may be gone; stderr still has it
+        print(message.traceback, file=sys.stderr, flush=True)

@@ -1,0 +1,136 @@
+"""Where components run: one process each (`ProcessHost`) or all in the caller (`InlineHost`).
+
+Both take the same `ComponentSpec`s, so serial mode runs exactly the components the
+asynchronous mode runs. The process host owns every child process: it notices deaths through
+process sentinels, bounds every join, and escalates stop message -> SIGTERM -> SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any, Callable
+
+import torch.multiprocessing as torch_mp
+
+from sampleforge.comms.component_process import Component, component_main, report_failure
+from sampleforge.comms.messages import ComponentStarted
+
+
+@dataclass
+class ComponentSpec:
+    """How to build one component: `build(**kwargs)` must return a Component."""
+
+    name: str
+    build: Callable[..., Component]
+    kwargs: dict[str, Any]
+    control_queue: Any  # where this component reads Pause / Resume / Stop
+    torch_threads: int = 1
+
+
+class ProcessHost:
+    """Runs each component in its own spawned process."""
+
+    def __init__(self, report_queue):
+        self.report_queue = report_queue
+        self._context = torch_mp.get_context("spawn")  # safe with CUDA and threads
+        self.processes: dict[str, Any] = {}
+
+    def start(self, spec: ComponentSpec) -> None:
+        process = self._context.Process(
+            target=component_main, name=spec.name, daemon=True,
+            args=(spec.name, spec.build, spec.kwargs, self.report_queue, os.getpid(),
+                  spec.torch_threads))
+        process.start()
+        self.processes[spec.name] = process
+
+    def poll(self, timeout: float) -> None:
+        """Nothing to drive: the components run by themselves. Sleeps up to `timeout`."""
+        sentinels = [p.sentinel for p in self.processes.values() if p.is_alive()]
+        if sentinels and timeout > 0:
+            wait(sentinels, timeout=timeout)
+
+    def dead(self) -> dict[str, int]:
+        """{name: exit code} of components whose process has ended."""
+        return {name: p.exitcode for name, p in self.processes.items() if p.exitcode is not None}
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.processes.items()}
+
+    def join_all(self, timeout: float) -> list[str]:
+        """Wait for every process to exit; SIGTERM then SIGKILL the ones that don't.
+
+        Returns the names of processes that had to be terminated or killed.
+        """
+        forced = []
+        deadline = time.monotonic() + timeout
+        for name, process in self.processes.items():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                forced.append(name)
+                process.terminate()
+        for name in forced:
+            process = self.processes[name]
+            process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+        return forced
+
+    def kill_all(self) -> None:
+        for process in self.processes.values():
+            if process.is_alive():
+                process.kill()
+        for process in self.processes.values():
+            process.join(1.0)
+
+
+class InlineHost:
+    """Runs every component in the calling process; `poll` gives each one a turn (serial mode)."""
+
+    def __init__(self, report_queue):
+        self.report_queue = report_queue
+        self.components: dict[str, Component] = {}
+        self._failed: dict[str, int] = {}
+
+    def start(self, spec: ComponentSpec) -> None:
+        try:
+            component = spec.build(**spec.kwargs)
+        except Exception as e:  # reported like a failing process, so the runner has one path
+            report_failure(self.report_queue, spec.name, e)
+            self._failed[spec.name] = 1
+            return
+        self.components[spec.name] = component
+        self.report_queue.put(ComponentStarted(spec.name, os.getpid()))
+
+    def poll(self, timeout: float) -> None:
+        for name, component in list(self.components.items()):
+            if not component.running:
+                continue
+            try:
+                component.poll(0.0)
+            except Exception as e:  # noqa: BLE001 - reported, the runner decides
+                report_failure(self.report_queue, name, e)
+                self._failed[name] = 1
+                component.running = False
+
+    def dead(self) -> dict[str, int]:
+        return dict(self._failed)
+
+    def pids(self) -> dict[str, int]:
+        return {name: os.getpid() for name in self.components}
+
+    def join_all(self, timeout: float) -> list[str]:
+        """Let components handle their Stop message, then close them."""
+        deadline = time.monotonic() + timeout
+        while any(c.running for c in self.components.values()) and time.monotonic() < deadline:
+            self.poll(0.0)
+        for component in self.components.values():
+            component.close()
+        return [name for name, c in self.components.items() if c.running]
+
+    def kill_all(self) -> None:
+        for component in self.components.values():
+            component.close()

@@ -1,0 +1,142 @@
+"""Every message that crosses a queue between components, in one place.
+
+Hot-path messages (one per split per env step) are NamedTuples: typed, yet pickled as compactly
+as plain tuples. They carry indices into shared buffers, never data. Control and report
+messages are frozen dataclasses. Names of events are past tense; commands are imperative.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple, Optional
+
+
+# --- hot path ---------------------------------------------------------------------------------
+class InferenceRequested(NamedTuple):
+    """Rollout worker -> a policy's inference workers: observations of a slot's step are ready."""
+
+    worker: int
+    split: int
+    slot: int
+    step: int
+
+
+class ActionsReady(NamedTuple):
+    """Inference worker -> rollout worker: actions for (split, step) are in the slot."""
+
+    split: int
+    step: int
+
+
+class TrajectoryReady(NamedTuple):
+    """Rollout worker -> a policy's learner: a slot holds a complete rollout of `num_rows`."""
+
+    policy_id: int
+    slot: int
+    num_rows: int
+    worker: int
+
+
+# --- commands from the runner -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Pause:
+    """Stop starting new env steps (in-flight ones complete); workers stay alive."""
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Continue after Pause."""
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Finish: release resources and exit the component loop."""
+
+
+@dataclass(frozen=True)
+class SaveCheckpoint:
+    """Learner: write a checkpoint now (`final` marks the one written at shutdown).
+
+    `mean_return` is the runner's current mean over recent episodes, used to keep the best.
+    """
+
+    final: bool = False
+    mean_return: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class LoadWeights:
+    """Learner: replace the model's weights with this state dict (Python API, PBT)."""
+
+    state_dict: dict
+
+
+# --- reports to the runner --------------------------------------------------------------------
+@dataclass(frozen=True)
+class ComponentStarted:
+    component: str
+    pid: int
+
+
+@dataclass(frozen=True)
+class ComponentFailed:
+    """A component raised: the runner decides what happens next; it is never only logged."""
+
+    component: str
+    error: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class ComponentStopped:
+    component: str
+
+
+@dataclass(frozen=True)
+class EpisodesFinished:
+    """Returns and lengths (in agent steps) of episodes that ended since the last report."""
+
+    policy_id: int
+    returns: list[float]
+    lengths: list[int]
+
+
+@dataclass(frozen=True)
+class SamplerReport:
+    """Env frames collected by a rollout worker since its last report, and where time went."""
+
+    worker: int
+    env_frames: int
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainingReport:
+    """A learner's state after a training iteration (one dataset, num_epochs passes)."""
+
+    policy_id: int
+    env_steps: int
+    policy_version: int
+    stats: dict[str, float]
+    lag_min: float
+    lag_mean: float
+    lag_max: float
+
+
+@dataclass(frozen=True)
+class CheckpointSaved:
+    policy_id: int
+    path: str
+    env_steps: int
+    final: bool
+
+
+@dataclass(frozen=True)
+class InferenceReport:
+    """Batches served and where time went since the last report."""
+
+    component: str
+    batches: int
+    samples: int
+    timings: dict[str, float] = field(default_factory=dict)
+

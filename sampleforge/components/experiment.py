@@ -1,0 +1,91 @@
+"""The experiment folder: where a run's config, checkpoints, logs and summary live.
+
+`train_dir/<experiment>/` holds `config.json` (the full config of the latest start),
+`checkpoints/p<policy>/`, `progress.csv`, TensorBoard event files and `summary.json`.
+Starting again with the same experiment resumes it. Settings that would make the checkpoint
+meaningless (env, model, rollout length) may not change on resume; everything else may, and
+the changes are reported. Nothing in an existing experiment is deleted unless the user asked
+for `restart_behavior=overwrite`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sampleforge.components.model_factory import MODEL_SETTINGS
+from sampleforge.config import Config, ConfigError, config_to_dict
+
+log = logging.getLogger(__name__)
+
+# Settings a checkpoint depends on: changing them on resume is refused.
+FROZEN_ON_RESUME = ("env", "algorithm", "rollout", "num_policies") + MODEL_SETTINGS
+
+
+@dataclass(frozen=True)
+class ExperimentDir:
+    path: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    def checkpoint_dir(self, policy_id: int) -> Path:
+        return self.path / "checkpoints" / f"p{policy_id}"
+
+    def has_checkpoints(self) -> bool:
+        root = self.path / "checkpoints"
+        return root.exists() and any(root.rglob("checkpoint_*.pt"))
+
+
+def prepare_experiment(cfg: Config) -> tuple[ExperimentDir, bool]:
+    """Create or reopen the experiment folder; returns it and whether to resume.
+
+    Raises ConfigError, before anything is changed on disk, if a resume would change a setting
+    in FROZEN_ON_RESUME.
+    """
+    exp = ExperimentDir(Path(cfg.train_dir) / cfg.experiment_name)
+    resume = False
+    if exp.path.exists() and cfg.restart_behavior == "overwrite":
+        shutil.rmtree(exp.path)
+    elif exp.config_path.exists():
+        saved = json.loads(exp.config_path.read_text())
+        changes = config_changes(saved, config_to_dict(cfg))
+        check_resume_allowed(changes, exp.path)
+        for name, (old, new) in changes.items():
+            log.warning("experiment %s: %s changed on resume: %r -> %r", exp.path, name, old, new)
+        resume = exp.has_checkpoints()
+    exp.path.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(exp.config_path, config_to_dict(cfg))
+    return exp, resume
+
+
+def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """{setting: (saved value, new value)} for every setting that differs."""
+    return {k: (saved.get(k), v) for k, v in new.items() if saved.get(k) != v}
+
+
+def check_resume_allowed(changes: dict[str, tuple[Any, Any]], path: Path) -> None:
+    frozen = {k: v for k, v in changes.items() if k in FROZEN_ON_RESUME}
+    if frozen:
+        diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in frozen.items())
+        raise ConfigError([f"cannot resume experiment {path} with a changed {diff} (use another "
+                           "--experiment, or --restart_behavior overwrite to start it afresh)"])
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

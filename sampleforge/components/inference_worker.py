@@ -1,0 +1,132 @@
+"""Inference worker: batched action generation for one policy (paper sec. 3.1, "policy worker").
+
+It takes every request waiting in its policy's queue, from any rollout worker, gathers those
+observations and recurrent states from the shared trajectory slots in one indexing operation,
+runs one forward pass on its device, samples actions and writes actions, log-probs, values,
+the policy version and the next recurrent state back in place. It is stateless apart from its
+copy of the weights, so any number of them can serve one policy.
+
+Before each batch it picks up the learner's newest weights if the version changed, without
+waiting for the learner.
+
+Must not: step environments, compute gradients, or hold trajectory data between batches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from sampleforge.buffers.shared_weights import SharedPolicyWeights
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
+from sampleforge.comms.messages import (ActionsReady, InferenceReport, InferenceRequested, Pause,
+                                        Resume, Stop)
+from sampleforge.comms.queues import receive, send_many
+
+REPORT_EVERY_SEC = 1.0
+
+
+class InferenceWorker:
+    """Serves action requests for one policy; see the module docstring."""
+
+    def __init__(self, *, policy_id: int, index: int,
+                 model_factory: Callable[[], torch.nn.Module],
+                 buffer: SharedTrajectoryBuffer, weights: SharedPolicyWeights, request_queue,
+                 control_queue, rollout_inboxes: list, report_queue, device: torch.device):
+        self.name = f"inference_worker_p{policy_id}_{index}"
+        self.policy_id = policy_id
+        self.model = model_factory().to(device).eval()
+        self.buffer = buffer
+        self.weights = weights
+        self.request_queue = request_queue
+        self.control_queue = control_queue
+        self.rollout_inboxes = rollout_inboxes
+        self.report_queue = report_queue
+        self.device = device
+        self.version = -1
+        self.running = True
+        self._batches = 0
+        self._samples = 0
+        self._timings = {"forward": 0.0, "weights": 0.0}
+        self._last_report = time.monotonic()
+
+    def poll(self, timeout: float) -> None:
+        """Serve every waiting request (waiting up to `timeout` s for the first)."""
+        for msg in receive(self.control_queue, 0):
+            self._handle_control(msg)
+        requests = receive(self.request_queue, timeout)
+        if requests:
+            self._serve(requests)
+        self._maybe_report()
+
+    def close(self) -> None:
+        pass
+
+    def _handle_control(self, msg) -> None:
+        if isinstance(msg, Stop):
+            self.running = False
+        elif not isinstance(msg, (Pause, Resume)):  # nothing to pause: requests just stop
+            raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _serve(self, requests: list[InferenceRequested]) -> None:
+        t0 = time.perf_counter()
+        self._pull_weights()
+        t1 = time.perf_counter()
+        slots = torch.tensor([r.slot for r in requests], dtype=torch.long)
+        steps = torch.tensor([r.step for r in requests], dtype=torch.long)
+        with torch.inference_mode():
+            out = self.model.act(self._gather_obs(slots, steps),
+                                 self._flat(self.buffer.rnn_states[slots, steps]))
+            self._scatter(slots, steps, out)
+        self._timings["weights"] += t1 - t0
+        self._timings["forward"] += time.perf_counter() - t1
+        self._batches += 1
+        self._samples += len(requests) * self.buffer.layout.rows_per_slot
+        self._notify(requests)
+
+    def _pull_weights(self, first_weights_timeout_sec: float = 60.0) -> None:
+        self.version = self.weights.pull(self.model, self.version)
+        deadline = time.monotonic() + first_weights_timeout_sec
+        while self.version < 0:  # only before the learner's first publication
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.name}: no weights published by the learner within "
+                                   f"{first_weights_timeout_sec:.0f} s")
+            time.sleep(0.01)
+            self.version = self.weights.pull(self.model, self.version)
+
+    def _gather_obs(self, slots: torch.Tensor, steps: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {key: self._flat(tensor[slots, steps]) for key, tensor in self.buffer.obs.items()}
+
+    def _flat(self, tensor: torch.Tensor) -> torch.Tensor:
+        """[requests, rows, ...] on the host -> [requests * rows, ...] on the device."""
+        return tensor.flatten(0, 1).to(self.device, non_blocking=True)
+
+    def _scatter(self, slots: torch.Tensor, steps: torch.Tensor, out) -> None:
+        n, rows = len(slots), self.buffer.layout.rows_per_slot
+        buf = self.buffer
+        buf.actions[slots, steps] = out.actions.reshape(n, rows, -1).to("cpu", buf.actions.dtype)
+        buf.log_probs[slots, steps] = out.log_probs.reshape(n, rows).float().cpu()
+        buf.values[slots, steps] = out.values.reshape(n, rows).float().cpu()
+        buf.policy_versions[slots, steps] = self.version
+        state_size = buf.layout.rnn_state_size
+        buf.rnn_states[slots, steps + 1] = out.new_rnn_states.reshape(n, rows, state_size).cpu()
+
+    def _notify(self, requests: list[InferenceRequested]) -> None:
+        by_worker: dict[int, list[ActionsReady]] = defaultdict(list)
+        for r in requests:
+            by_worker[r.worker].append(ActionsReady(r.split, r.step))
+        for worker, messages in by_worker.items():
+            send_many(self.rollout_inboxes[worker], messages)
+
+    def _maybe_report(self) -> None:
+        now = time.monotonic()
+        if now - self._last_report < REPORT_EVERY_SEC:
+            return
+        send_many(self.report_queue, [InferenceReport(self.name, self._batches, self._samples,
+                                                      dict(self._timings))])
+        self._batches = self._samples = 0
+        self._timings = {k: 0.0 for k in self._timings}
+        self._last_report = now

@@ -1,0 +1,136 @@
+"""Learner: the algorithm half of a policy's training (the process shell is `learner_worker.py`).
+
+Given a time-major dataset of trajectories it runs `num_epochs` passes of minibatch SGD on the
+actor-critic loss (APPO, IMPALA or A3C, see `sampleforge.algo.actor_critic_loss`), calling
+`on_sgd_step` after every optimizer step so the new weights reach inference at once. It also
+measures policy lag (current version minus the version that acted) and drops samples older
+than `max_policy_lag`.
+
+Must not: touch queues, processes or files; everything resumable is in `state_dict()`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from sampleforge.algo.actor_critic_loss import LossSettings, actor_critic_loss
+from sampleforge.components.batcher import Dataset
+from sampleforge.components.model_factory import make_actor_critic
+from sampleforge.config import Config
+
+
+def loss_settings(cfg: Config) -> LossSettings:
+    return LossSettings(algorithm=cfg.algorithm, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
+                        with_vtrace=cfg.with_vtrace, vtrace_rho_bar=cfg.vtrace_rho_bar,
+                        vtrace_c_bar=cfg.vtrace_c_bar, ppo_clip_ratio=cfg.ppo_clip_ratio,
+                        value_clip=cfg.value_clip, value_loss_coeff=cfg.value_loss_coeff,
+                        entropy_coeff=cfg.entropy_coeff,
+                        normalize_advantages=cfg.normalize_advantages)
+
+
+class Learner:
+    """Model, optimizer and SGD for one policy; see the module docstring."""
+
+    def __init__(self, cfg: Config, observation_space: gym.Space, action_space: gym.Space,
+                 device: torch.device, frameskip: int = 1):
+        self.cfg = cfg
+        self.device = device
+        self.frameskip = frameskip
+        self.model = make_actor_critic(cfg, observation_space, action_space).to(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate,
+                                          betas=(cfg.adam_beta1, cfg.adam_beta2),
+                                          eps=cfg.adam_eps)
+        self.settings = loss_settings(cfg)
+        self.policy_version = 0
+        self.env_steps = 0
+        self.skipped_updates = 0
+
+    # --- training -------------------------------------------------------------------------------
+    def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
+        """`num_epochs` passes of minibatch SGD over `data`; returns averaged statistics."""
+        lags = (self.policy_version - data.policy_versions[:-1]).float()
+        valids = (lags <= self.cfg.max_policy_lag).float()
+        if self.cfg.normalize_obs:
+            self.model.update_normalizer({k: v[:-1].flatten(0, 1) for k, v in data.obs.items()})
+        self._set_learning_rate()
+        per_minibatch = self.cfg.batch_size // self.cfg.rollout
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(self.cfg.num_epochs):
+            order = torch.randperm(data.num_trajectories, device=self.device)
+            for start in range(0, data.num_trajectories - per_minibatch + 1, per_minibatch):
+                index = order[start:start + per_minibatch]
+                stats = self._sgd_step(data.select(index), valids[:, index])
+                on_sgd_step()
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                steps += 1
+        self.env_steps += data.num_trajectories * self.cfg.rollout * self.frameskip
+        out = {k: v / max(steps, 1) for k, v in totals.items()}
+        out.update({"policy_lag/min": float(lags.min()), "policy_lag/mean": float(lags.mean()),
+                    "policy_lag/max": float(lags.max()),
+                    "learner/dropped_stale_fraction": float(1.0 - valids.mean()),
+                    "learner/lr": self.optimizer.param_groups[0]["lr"],
+                    "health/skipped_updates": float(self.skipped_updates)})
+        return out
+
+    def _sgd_step(self, batch: Dataset, valids: torch.Tensor) -> dict[str, float]:
+        rewards = batch.rewards[:-1] * self.cfg.reward_scale
+        if self.cfg.reward_clip is not None:
+            rewards = rewards.clamp(-self.cfg.reward_clip, self.cfg.reward_clip)
+        dones = batch.dones[:-1]
+        # Row T's action was never taken; any valid action keeps the log-prob finite.
+        actions = batch.actions.clone()
+        actions[-1] = actions[-2]
+        episode_starts = torch.zeros_like(batch.dones)
+        episode_starts[1:] = batch.dones[:-1]
+        out = self.model.evaluate(batch.obs, batch.rnn_states[0], episode_starts, actions)
+        behaviour_values = torch.cat([batch.values[:-1], out.values[-1:].detach()])
+        loss = actor_critic_loss(
+            settings=self.settings, log_probs=out.log_probs[:-1], entropy=out.entropy[:-1],
+            values=out.values, behaviour_log_probs=batch.log_probs[:-1],
+            behaviour_values=behaviour_values, rewards=rewards, dones=dones, valids=valids)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.total.backward()
+        grad_norm = self._clip_gradients()
+        if not (math.isfinite(float(loss.total.detach())) and math.isfinite(grad_norm)):
+            self.skipped_updates += 1  # parameters and optimizer state stay untouched
+            return {"health/non_finite_updates": 1.0}
+        self.optimizer.step()
+        self.policy_version += 1
+        stats = {"losses/total": float(loss.total), "losses/policy": float(loss.policy_loss),
+                 "losses/value": float(loss.value_loss), "losses/entropy": float(loss.entropy),
+                 "learner/grad_norm": grad_norm}
+        stats.update({f"learner/{k}": float(v) for k, v in loss.metrics.items()})
+        return stats
+
+    def _clip_gradients(self) -> float:
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
+        return float(nn.utils.clip_grad_norm_(params, max_norm))
+
+    def _set_learning_rate(self) -> None:
+        lr = self.cfg.learning_rate
+        if self.cfg.lr_schedule == "linear":
+            lr *= max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    # --- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to resume exactly (plain tensors and numbers only)."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "policy_version": self.policy_version, "env_steps": self.env_steps,
+                "skipped_updates": self.skipped_updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.policy_version = int(state["policy_version"])
+        self.env_steps = int(state["env_steps"])
+        self.skipped_updates = int(state.get("skipped_updates", 0))

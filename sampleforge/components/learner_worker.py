@@ -1,0 +1,104 @@
+"""Learner worker: the process shell around a policy's Learner and Batcher.
+
+It receives finished trajectories, lets the batcher stage them, trains when a dataset is ready,
+publishes the weights after every SGD step (`SharedPolicyWeights`), reports statistics, and
+writes checkpoints when the runner asks. It owns the policy's training state: on start it
+resumes from the newest valid checkpoint if asked to.
+
+Must not: decide when training ends or when to checkpoint (the runner does).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from pathlib import Path
+
+import gymnasium as gym
+import torch
+
+from sampleforge.buffers.shared_weights import SharedPolicyWeights
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
+from sampleforge.checkpoint.store import CheckpointStore
+from sampleforge.comms.messages import (CheckpointSaved, LoadWeights, Pause, Resume,
+                                        SaveCheckpoint, Stop, TrainingReport, TrajectoryReady)
+from sampleforge.comms.queues import receive, send_many
+from sampleforge.components.batcher import Batcher
+from sampleforge.components.learner import Learner
+from sampleforge.config import Config
+
+
+class LearnerWorker:
+    """Trains one policy from the trajectories that reach its inbox."""
+
+    def __init__(self, *, cfg: Config, policy_id: int, observation_space: gym.Space,
+                 action_space: gym.Space, buffer: SharedTrajectoryBuffer,
+                 weights: SharedPolicyWeights, inbox, free_slots, report_queue,
+                 device: torch.device, checkpoint_dir: str, frameskip: int, resume: bool):
+        self.name = f"learner_p{policy_id}"
+        self.cfg = cfg
+        self.policy_id = policy_id
+        self.inbox = inbox
+        self.report_queue = report_queue
+        self.weights = weights
+        self.running = True
+        self.learner = Learner(cfg, observation_space, action_space, device, frameskip)
+        self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
+        if resume:
+            self._resume()
+        self.weights.publish(self.learner.model, self.learner.policy_version)
+        self.batcher = Batcher(buffer, free_slots, cfg.dataset_size // cfg.rollout, device)
+        self._train_seconds = 0.0
+        self._arrived: deque[TrajectoryReady] = deque()
+
+    def _resume(self) -> None:
+        loaded = self.store.load_latest(map_location=self.learner.device)
+        if loaded is not None:
+            state, _ = loaded
+            self.learner.load_state_dict(state)
+
+    def poll(self, timeout: float) -> None:
+        """Stage arrived trajectories and handle commands; train whenever a dataset is complete."""
+        for msg in receive(self.inbox, 0.0 if self._arrived else timeout):
+            self._handle(msg)
+        while self._arrived and not self.batcher.ready():
+            self.batcher.add(self._arrived.popleft())
+        if self.batcher.ready():
+            self._train()
+
+    def close(self) -> None:
+        pass
+
+    def _handle(self, msg) -> None:
+        if isinstance(msg, TrajectoryReady):
+            self._arrived.append(msg)  # staged in order, never more than one dataset ahead
+        elif isinstance(msg, SaveCheckpoint):
+            self._save(msg)
+        elif isinstance(msg, LoadWeights):
+            self.learner.model.load_state_dict(msg.state_dict)
+            self.weights.publish(self.learner.model, self.learner.policy_version)
+        elif isinstance(msg, Stop):
+            self.running = False
+        elif not isinstance(msg, (Pause, Resume)):
+            raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _train(self) -> None:
+        t0 = time.perf_counter()
+        stats = self.learner.train(self.batcher.take(), self._publish)
+        self.batcher.consume()
+        self._train_seconds += time.perf_counter() - t0
+        stats["perf/learner_train_sec"] = self._train_seconds
+        send_many(self.report_queue, [TrainingReport(
+            self.policy_id, self.learner.env_steps, self.learner.policy_version, stats,
+            stats.pop("policy_lag/min"), stats.pop("policy_lag/mean"),
+            stats.pop("policy_lag/max"))])
+
+    def _publish(self) -> None:
+        self.weights.publish(self.learner.model, self.learner.policy_version)
+
+    def _save(self, msg: SaveCheckpoint) -> None:
+        path = self.store.save(self.learner.state_dict(), env_steps=self.learner.env_steps,
+                               policy_version=self.learner.policy_version,
+                               mean_return=msg.mean_return)
+        send_many(self.report_queue, [CheckpointSaved(self.policy_id, str(path),
+                                                      self.learner.env_steps, msg.final)])

@@ -1,0 +1,252 @@
+"""Rollout worker: simulates environments, and nothing else (paper sec. 3.1).
+
+A worker owns `num_envs_per_worker` envs split into `worker_num_splits` groups. Each split
+steps its envs together and then asks a policy's inference workers for the next actions; while
+one split waits for actions the other is stepped (double-buffered sampling, paper sec. 3.2).
+The worker holds no copy of the policy: observations go into the shared trajectory slot and
+actions come back in the same slot; queues carry only (split, slot, step) indices.
+
+Episode boundaries: when an env's episode ends (terminated or truncated; truncation is treated
+as termination) the env is reset at once, the done flag is written for that step, and the
+recurrent state of the next step is zeroed so the new episode starts fresh.
+
+Must not: import models or learning code, or block on anything but its inbox.
+"""
+
+from __future__ import annotations
+
+import time
+from queue import Empty
+from dataclasses import dataclass, field
+
+import gymnasium as gym
+import numpy as np
+
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
+from sampleforge.comms.messages import (ActionsReady, EpisodesFinished, InferenceRequested,
+                                        Pause, Resume, SamplerReport, Stop, TrajectoryReady)
+from sampleforge.comms.queues import receive, send_many
+from sampleforge.envs.registry import EnvContext, EnvSpec, env_seed, make_env
+from sampleforge.spaces import actions_to_env, observation_to_dict
+
+REPORT_EVERY_SEC = 1.0
+
+
+@dataclass
+class _Split:
+    """One group of envs stepped together, and where its current rollout is stored."""
+
+    index: int
+    envs: list[gym.Env]
+    policy_id: int = 0
+    slot: int = -1  # -1: waiting for a free slot
+    step: int = 0
+    waiting_for_actions: bool = False
+    pending_actions: list[int] = field(default_factory=list)  # steps answered while paused
+    # Step T of the last rollout (observations, recurrent state), kept while no slot is free.
+    carried: tuple[dict[str, np.ndarray], np.ndarray] | None = None
+
+
+class RolloutWorker:
+    """Steps envs when their actions are ready; see the module docstring."""
+
+    def __init__(self, *, worker_index: int, env_spec: EnvSpec, num_envs: int,
+                 num_splits: int, buffers: dict[int, SharedTrajectoryBuffer], inbox,
+                 inference_queues: dict, learner_queues: dict, free_slots: dict, report_queue,
+                 seed: int | None, frameskip: int = 1):
+        self.name = f"rollout_worker_{worker_index}"
+        self.worker_index = worker_index
+        self.buffers = buffers
+        self.inbox = inbox
+        self.inference_queues = inference_queues
+        self.learner_queues = learner_queues
+        self.free_slots = free_slots
+        self.report_queue = report_queue
+        self.frameskip = frameskip
+        self.running = True
+        self.paused = True  # until the runner says Resume
+        envs_per_split = num_envs // num_splits
+        self.splits = []
+        for s in range(num_splits):
+            envs = [make_env(env_spec, EnvContext(worker_index=worker_index,
+                                                  env_index=s * envs_per_split + i, seed=seed))
+                    for i in range(envs_per_split)]
+            self.splits.append(_Split(index=s, envs=envs))
+        self.action_space = self.splits[0].envs[0].action_space
+        self.observation_space = self.splits[0].envs[0].observation_space
+        self._seed = seed
+        self._views = {pid: _NumpyViews(buf) for pid, buf in buffers.items()}
+        self._episode_returns: list[float] = []
+        self._episode_lengths: list[int] = []
+        self._frames_since_report = 0
+        self._timings = {"env_step": 0.0, "wait": 0.0}
+        self._last_report = time.monotonic()
+        self._started = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Reset every env and ask for the first actions of every split."""
+        for split in self.splits:
+            if not self._acquire_slot(split, block=True):
+                raise RuntimeError(f"{self.name}: no free trajectory slot at start")
+            views = self._views[split.policy_id]
+            observations = []
+            for i, env in enumerate(split.envs):
+                ctx = EnvContext(worker_index=self.worker_index,
+                                 env_index=split.index * len(split.envs) + i, seed=self._seed)
+                obs, _ = env.reset(seed=env_seed(ctx))
+                observations.append(obs)
+            views.write_observations(split.slot, 0, observations, self.observation_space)
+            views.rnn_states[split.slot, 0] = 0.0
+            self._request_actions(split)
+        self._started = True
+
+    def poll(self, timeout: float) -> None:
+        """Handle what arrived in the inbox (waiting up to `timeout` s), then report if due."""
+        if not self._started:
+            self.start()
+        parked = [s for s in self.splits if s.slot < 0]
+        for split in parked:
+            if self._acquire_slot(split, block=False):
+                self._request_actions(split)
+        wait = min(timeout, 0.01) if parked else timeout
+        t0 = time.perf_counter()
+        messages = receive(self.inbox, wait)
+        self._timings["wait"] += time.perf_counter() - t0
+        for msg in messages:
+            self._handle(msg)
+        self._maybe_report()
+
+    def close(self) -> None:
+        for split in self.splits:
+            for env in split.envs:
+                env.close()
+
+    # --- messages -------------------------------------------------------------------------------
+    def _handle(self, msg) -> None:
+        if isinstance(msg, ActionsReady):
+            split = self.splits[msg.split]
+            if self.paused:
+                split.pending_actions.append(msg.step)
+            else:
+                self._on_actions_ready(split, msg.step)
+        elif isinstance(msg, Pause):
+            self.paused = True
+        elif isinstance(msg, Resume):
+            self.paused = False
+            for split in self.splits:
+                pending, split.pending_actions = split.pending_actions, []
+                for step in pending:
+                    self._on_actions_ready(split, step)
+        elif isinstance(msg, Stop):
+            self.running = False
+        else:
+            raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _on_actions_ready(self, split: _Split, step: int) -> None:
+        if step != split.step or not split.waiting_for_actions:
+            raise RuntimeError(f"{self.name}: actions for split {split.index} step {step} "
+                               f"arrived while at step {split.step}")
+        split.waiting_for_actions = False
+        self._step_envs(split)
+        split.step += 1
+        if split.step == self.buffers[split.policy_id].rollout:
+            self._finish_rollout(split)
+        if split.slot >= 0:
+            self._request_actions(split)
+
+    # --- env stepping ---------------------------------------------------------------------------
+    def _step_envs(self, split: _Split) -> None:
+        views = self._views[split.policy_id]
+        slot, t = split.slot, split.step
+        actions = actions_to_env(views.actions[slot, t], self.action_space)
+        rewards, dones = views.rewards[slot, t], views.dones[slot, t]
+        observations = []
+        t0 = time.perf_counter()
+        for i, env in enumerate(split.envs):
+            obs, reward, terminated, truncated, info = env.step(actions[i])
+            done = terminated or truncated
+            if done:
+                episode = info.get("episode")
+                if episode is not None:
+                    self._episode_returns.append(float(episode["r"]))
+                    self._episode_lengths.append(int(episode["l"]))
+                obs, _ = env.reset()
+            rewards[i] = reward
+            dones[i] = done
+            observations.append(obs)
+        self._timings["env_step"] += time.perf_counter() - t0
+        views.write_observations(slot, t + 1, observations, self.observation_space)
+        # A new episode starts with a fresh recurrent state.
+        views.rnn_states[slot, t + 1][dones > 0] = 0.0
+        self._frames_since_report += len(split.envs) * self.frameskip
+
+    def _finish_rollout(self, split: _Split) -> None:
+        buffer = self.buffers[split.policy_id]
+        finished = split.slot
+        split.step = 0
+        if self._acquire_slot(split, block=False):
+            buffer.carry_over(finished, split.slot)
+        else:
+            # Keep step T ourselves: once handed over, the slot may be reused at any time.
+            views = self._views[split.policy_id]
+            split.carried = ({k: v[finished, -1].copy() for k, v in views.obs.items()},
+                             views.rnn_states[finished, -1].copy())
+            split.slot = -1
+        send_many(self.learner_queues[split.policy_id], [TrajectoryReady(
+            split.policy_id, finished, len(split.envs), self.worker_index)])
+
+    def _acquire_slot(self, split: _Split, block: bool) -> bool:
+        try:
+            split.slot = self.free_slots[split.policy_id].get(block=block, timeout=10.0)
+        except Empty:
+            return False
+        if split.carried is not None:
+            views = self._views[split.policy_id]
+            observations, rnn_state = split.carried
+            for key, value in observations.items():
+                views.obs[key][split.slot, 0] = value
+            views.rnn_states[split.slot, 0] = rnn_state
+            split.carried = None
+        return True
+
+    def _request_actions(self, split: _Split) -> None:
+        split.waiting_for_actions = True
+        send_many(self.inference_queues[split.policy_id], [InferenceRequested(
+            self.worker_index, split.index, split.slot, split.step)])
+
+    # --- reporting ------------------------------------------------------------------------------
+    def _maybe_report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < REPORT_EVERY_SEC:
+            return
+        reports = [SamplerReport(self.worker_index, self._frames_since_report,
+                                 dict(self._timings))]
+        if self._episode_returns:
+            reports.append(EpisodesFinished(0, self._episode_returns, self._episode_lengths))
+        send_many(self.report_queue, reports)
+        self._episode_returns, self._episode_lengths = [], []
+        self._frames_since_report = 0
+        self._timings = {k: 0.0 for k in self._timings}
+        self._last_report = now
+
+
+class _NumpyViews:
+    """numpy views of a trajectory buffer's tensors: writing through them is writing to it."""
+
+    def __init__(self, buffer: SharedTrajectoryBuffer):
+        self.obs = {k: v.numpy() for k, v in buffer.obs.items()}
+        self.actions = buffer.actions.numpy()
+        self.rewards = buffer.rewards.numpy()
+        self.dones = buffer.dones.numpy()
+        self.rnn_states = buffer.rnn_states.numpy()
+
+    def write_observations(self, slot: int, t: int, observations: list,
+                           space: gym.Space) -> None:
+        if len(self.obs) == 1 and not isinstance(space, gym.spaces.Dict):
+            (target,) = self.obs.values()
+            np.stack(observations, out=target[slot, t])
+            return
+        as_dicts = [observation_to_dict(o, space) for o in observations]
+        for key, target in self.obs.items():
+            np.stack([d[key] for d in as_dicts], out=target[slot, t])

@@ -1,0 +1,336 @@
+"""Runner: starts every component, watches them, logs, checkpoints, and decides when to stop.
+
+    runner = Runner(cfg)          # validates, prepares the experiment folder (no processes yet)
+    runner.start()                # buffers, queues, processes; waits until all have started
+    summary = runner.train()      # until train_for_env_steps / train_for_seconds / solved
+    summary = runner.train(until_env_steps=2_000_000)   # again, same processes
+    runner.close()                # stop message -> SIGTERM -> SIGKILL, nothing left behind
+
+Between `train` calls the rollout workers are paused, not respawned. Ctrl-C or SIGTERM during
+`train` ends it cleanly with a final checkpoint (`stopped_because == "interrupted"`); a second
+Ctrl-C kills every child at once.
+
+Must not: compute anything about learning; it only reads reports and sends commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from sampleforge.comms.hosts import InlineHost, ProcessHost
+from sampleforge.comms.messages import (CheckpointSaved, ComponentFailed, ComponentStarted,
+                                        ComponentStopped, EpisodesFinished, InferenceReport,
+                                        Pause, Resume, SamplerReport, SaveCheckpoint, Stop,
+                                        TrainingReport)
+from sampleforge.comms.queues import receive, send_many
+from sampleforge.components.experiment import prepare_experiment
+from sampleforge.components.wiring import wire
+from sampleforge.config import Config, validate_config
+from sampleforge.envs.registry import env_info, resolve_env
+from sampleforge.telemetry import (EpisodeStatsWindow, FpsMeter, MetricsWriter, ProgressBar,
+                                   RunSummary, format_status_line, write_summary)
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_SEC = 120.0
+STOP_TIMEOUT_SEC = 8.0
+CHECKPOINT_TIMEOUT_SEC = 60.0
+
+
+class TrainingError(RuntimeError):
+    """A component failed; the message names it and carries its error."""
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise TrainingError("--device cuda was asked for, but torch sees no CUDA device "
+                            "(use --device cpu or auto)")
+    return torch.device(name)
+
+
+@dataclass
+class _Progress:
+    """What the runner knows about the run, built from reports."""
+
+    env_steps: dict[int, int] = field(default_factory=dict)
+    frames_collected: int = 0
+    policy_version: dict[int, int] = field(default_factory=dict)
+    last_stats: dict[str, float] = field(default_factory=dict)
+    lag: Optional[tuple[float, float, float]] = None
+    lag_sum: float = 0.0
+    lag_reports: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_env_steps(self) -> int:
+        return sum(self.env_steps.values())
+
+
+class Runner:
+    """Owns a training run from start to close; see the module docstring."""
+
+    def __init__(self, cfg: Config):
+        validate_config(cfg)
+        self.cfg = cfg
+        self.env_spec = resolve_env(cfg.env)
+        self.env = env_info(cfg.env)
+        self.device = resolve_device(cfg.device)
+        self.exp, self.resume = prepare_experiment(cfg)
+        threshold = cfg.stop_at_mean_return
+        self.stop_at_mean_return = self.env.reward_threshold if threshold is None else threshold
+        self.episodes = EpisodeStatsWindow(100)
+        self.progress = _Progress()
+        self.fps = FpsMeter()
+        self.host: ProcessHost | InlineHost | None = None
+        self.wiring = None
+        self.writer: MetricsWriter | None = None
+        self._stop_signal: Optional[int] = None
+        self._last_checkpoint: Optional[CheckpointSaved] = None
+        self._closed = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Allocate shared memory and queues, start every component, wait until all run."""
+        self.wiring = wire(self.cfg, self.env_spec, self.env, self.device, self.exp, self.resume)
+        host_type = InlineHost if self.cfg.serial_mode else ProcessHost
+        self.host = host_type(self.wiring.report_queue)
+        self.writer = MetricsWriter(self.exp.path, tensorboard=self.cfg.tensorboard)
+        try:
+            for spec in self.wiring.specs:  # learner first: it publishes the initial weights
+                self.host.start(spec)
+            self._wait_started()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_started(self) -> None:
+        pending = {spec.name for spec in self.wiring.specs}
+        deadline = time.monotonic() + START_TIMEOUT_SEC
+        while pending:
+            if time.monotonic() > deadline:
+                raise TrainingError(f"components did not start within {START_TIMEOUT_SEC:.0f} s: "
+                                    f"{', '.join(sorted(pending))}")
+            self.host.poll(0.0)
+            for msg in receive(self.wiring.report_queue, 0.05):
+                if isinstance(msg, ComponentStarted):
+                    pending.discard(msg.component)
+                else:
+                    self._on_report(msg)
+            self._check_processes()
+
+    def train(self, until_env_steps: Optional[int] = None,
+              seconds: Optional[float] = None) -> RunSummary:
+        """Train until `until_env_steps` total env steps (default: cfg.train_for_env_steps),
+        `seconds` (default: cfg.train_for_seconds) or the return target; then pause."""
+        if self.host is None:
+            self.start()
+        target = until_env_steps or self.cfg.train_for_env_steps
+        seconds = self.cfg.train_for_seconds if seconds is None else seconds
+        started = time.monotonic()
+        steps_at_start = self.progress.total_env_steps
+        self.fps = FpsMeter()
+        bar = ProgressBar(target, initial=steps_at_start)
+        self._broadcast_to_rollout(Resume())
+        restore = self._install_signal_handlers()
+        try:
+            reason = self._loop(target, seconds, started, bar)
+        finally:
+            restore()
+            bar.close()
+        self._broadcast_to_rollout(Pause())
+        self._save_checkpoint(final=True)
+        summary = self._summary(reason, time.monotonic() - started, steps_at_start)
+        write_summary(self.exp.summary_path, summary)
+        return summary
+
+    def close(self) -> None:
+        """Stop every component and release all resources. Safe to call twice."""
+        if self._closed or self.wiring is None:
+            return
+        self._closed = True
+        for spec in self.wiring.specs:
+            try:
+                send_many(spec.control_queue, [Stop()], timeout=1.0)
+            except Exception:  # noqa: BLE001 - a full queue must not stop the shutdown
+                pass
+        forced = self.host.join_all(STOP_TIMEOUT_SEC)
+        if forced:
+            log.warning("had to terminate components that did not stop: %s", ", ".join(forced))
+        if self.writer is not None:
+            self.writer.close()
+        self.wiring = None
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- the loop -------------------------------------------------------------------------------
+    def _loop(self, target: int, seconds: Optional[float], started: float, bar) -> str:
+        last_status = last_save = time.monotonic()
+        while True:
+            self.host.poll(0.0 if self.cfg.serial_mode else 0.05)
+            for msg in receive(self.wiring.report_queue, 0.0):
+                self._on_report(msg)
+            self._check_processes()
+            now = time.monotonic()
+            reason = self._stop_reason(target, seconds, now - started)
+            if reason:
+                self._report_status(bar, target)
+                return reason
+            if now - last_status >= self.cfg.report_every_sec:
+                self._report_status(bar, target)
+                last_status = now
+            if now - last_save >= self.cfg.save_every_sec:
+                self._request_checkpoint(final=False)
+                last_save = now
+
+    def _stop_reason(self, target: int, seconds: Optional[float], elapsed: float) -> str:
+        if self._stop_signal is not None:
+            return "interrupted"
+        if self.progress.total_env_steps >= target:
+            return "train_for_env_steps"
+        if seconds is not None and elapsed >= seconds:
+            return "train_for_seconds"
+        mean = self.episodes.mean_return
+        solved = self.stop_at_mean_return is not None and math.isfinite(self.stop_at_mean_return)
+        if solved and self.episodes.count >= 100 and mean >= self.stop_at_mean_return:
+            return "stop_at_mean_return"
+        return ""
+
+    def _on_report(self, msg) -> None:
+        p = self.progress
+        if isinstance(msg, SamplerReport):
+            p.frames_collected += msg.env_frames
+            self.fps.record(p.frames_collected)
+            self._add_timings("rollout", msg.timings)
+        elif isinstance(msg, EpisodesFinished):
+            self.episodes.add(msg.returns, msg.lengths)
+        elif isinstance(msg, TrainingReport):
+            p.env_steps[msg.policy_id] = msg.env_steps
+            p.policy_version[msg.policy_id] = msg.policy_version
+            p.last_stats = msg.stats
+            p.lag = (msg.lag_min, msg.lag_mean, msg.lag_max)
+            p.lag_sum += msg.lag_mean
+            p.lag_reports += 1
+        elif isinstance(msg, InferenceReport):
+            self._add_timings("inference", msg.timings)
+        elif isinstance(msg, CheckpointSaved):
+            self._last_checkpoint = msg
+        elif isinstance(msg, ComponentFailed):
+            raise TrainingError(f"{msg.component} failed: {msg.error}\n{msg.traceback}")
+        elif not isinstance(msg, (ComponentStarted, ComponentStopped)):
+            raise TypeError(f"runner: unexpected report {msg!r}")
+
+    def _add_timings(self, prefix: str, timings: dict[str, float]) -> None:
+        for k, v in timings.items():
+            key = f"perf/{prefix}_{k}_sec"
+            self.progress.timings[key] = self.progress.timings.get(key, 0.0) + v
+
+    def _check_processes(self) -> None:
+        dead = self.host.dead()
+        if dead and not self._closed:
+            # A failure report may be in flight: read it so the error says what happened.
+            for msg in receive(self.wiring.report_queue, 0.5):
+                self._on_report(msg)
+            name, code = next(iter(dead.items()))
+            raise TrainingError(f"{name} exited unexpectedly (exit code {code})")
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def _request_checkpoint(self, final: bool) -> None:
+        for inbox in self.wiring.learner_inboxes.values():
+            send_many(inbox, [SaveCheckpoint(final=final, mean_return=self.episodes.mean_return)])
+
+    def _save_checkpoint(self, final: bool) -> None:
+        """Ask every learner for a checkpoint and wait until they are written."""
+        self._last_checkpoint = None
+        self._request_checkpoint(final)
+        deadline = time.monotonic() + CHECKPOINT_TIMEOUT_SEC
+        while self._last_checkpoint is None or not self._last_checkpoint.final:
+            if time.monotonic() > deadline:
+                raise TrainingError(f"no checkpoint written within {CHECKPOINT_TIMEOUT_SEC:.0f} s")
+            self.host.poll(0.0)
+            for msg in receive(self.wiring.report_queue, 0.0 if self.cfg.serial_mode else 0.05):
+                self._on_report(msg)
+            self._check_processes()
+
+    # --- reporting ------------------------------------------------------------------------------
+    def _report_status(self, bar, target: int) -> None:
+        p = self.progress
+        scalars = {"perf/fps_10s": self.fps.fps(10), "perf/fps_60s": self.fps.fps(60),
+                   "perf/frames_collected": float(p.frames_collected)}
+        if self.episodes.count:
+            scalars["episode/return_mean"] = self.episodes.mean_return
+            scalars["episode/length_mean"] = self.episodes.mean_length
+        if p.lag is not None:
+            scalars.update({"policy_lag/min": p.lag[0], "policy_lag/mean": p.lag[1],
+                            "policy_lag/max": p.lag[2]})
+        scalars.update(p.last_stats)
+        scalars.update(p.timings)
+        self.writer.write(p.total_env_steps, scalars)
+        losses = {k.split("/", 1)[1]: v for k, v in p.last_stats.items()
+                  if k in ("losses/policy", "losses/value", "losses/entropy")}
+        line = format_status_line(
+            env_steps=p.total_env_steps, target_env_steps=target,
+            fps={"10s": scalars["perf/fps_10s"], "60s": scalars["perf/fps_60s"]},
+            mean_return=self.episodes.mean_return, mean_length=self.episodes.mean_length,
+            policy_lag=p.lag, losses=losses, learning_rate=p.last_stats.get("learner/lr"))
+        bar.write(line)
+        bar.update_to(p.total_env_steps)
+
+    def _summary(self, reason: str, wall: float, steps_at_start: int) -> RunSummary:
+        p = self.progress
+        return RunSummary(
+            env_steps=p.total_env_steps, wall_seconds=wall,
+            mean_fps=(p.total_env_steps - steps_at_start) / max(wall, 1e-9),
+            mean_return_last_100=self.episodes.mean_return,
+            best_mean_return=self.episodes.best_mean_return,
+            mean_policy_lag=p.lag_sum / p.lag_reports if p.lag_reports else None,
+            experiment=self.cfg.experiment_name, stopped_because=reason)
+
+    # --- signals --------------------------------------------------------------------------------
+    def _broadcast_to_rollout(self, msg) -> None:
+        for inbox in self.wiring.rollout_inboxes:
+            send_many(inbox, [msg])
+
+    def _install_signal_handlers(self):
+        """SIGINT/SIGTERM end `train` cleanly; a second SIGINT kills everything now."""
+        if not _in_main_thread():
+            return lambda: None
+        previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+        def handler(signum, frame):
+            if self._stop_signal is not None and signum == signal.SIGINT:
+                self.host.kill_all()
+                os._exit(130)
+            self._stop_signal = signum
+
+        for s in previous:
+            signal.signal(s, handler)
+
+        def restore():
+            for s, h in previous.items():
+                signal.signal(s, h)
+        return restore
+
+    @property
+    def stop_signal(self) -> Optional[int]:
+        """The signal that interrupted training, if any."""
+        return self._stop_signal
+
+
+def _in_main_thread() -> bool:
+    import threading
+    return threading.current_thread() is threading.main_thread() and sys.platform != "win32"

@@ -1,0 +1,119 @@
+"""Builds the shared buffers, queues and component specs of a run: the system's wiring diagram.
+
+Only this module knows which component talks to which. Components never import each other:
+each is handed the queues and buffers it reads and writes.
+
+    rollout worker --InferenceRequested--> policy's request queue --> inference worker(s)
+    inference worker --ActionsReady--> rollout worker's inbox
+    rollout worker --TrajectoryReady--> learner's inbox --> batcher copies the slot
+    batcher --slot id--> policy's free-slot queue --> rollout workers
+    learner --weights (shared memory, versioned)--> inference workers
+    everyone --reports--> runner's report queue;  runner --commands--> control queues
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import torch
+
+from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
+from sampleforge.buffers.trajectory_buffer import (SharedTrajectoryBuffer, TrajectoryLayout,
+                                                   slots_needed)
+from sampleforge.comms.hosts import ComponentSpec
+from sampleforge.comms.queues import make_queue, send_many
+from sampleforge.components.experiment import ExperimentDir
+from sampleforge.components.inference_worker import InferenceWorker
+from sampleforge.components.learner_worker import LearnerWorker
+from sampleforge.components.model_factory import make_actor_critic
+from sampleforge.components.rollout_worker import RolloutWorker
+from sampleforge.config import Config
+from sampleforge.envs.registry import EnvInfo, EnvSpec
+from sampleforge.spaces import action_spec, observation_specs
+
+
+@dataclass
+class Wiring:
+    """Everything shared between the components of one run."""
+
+    buffers: dict[int, SharedTrajectoryBuffer]
+    weights: dict[int, SharedPolicyWeights]
+    report_queue: object
+    rollout_inboxes: list
+    inference_queues: dict[int, object]
+    learner_inboxes: dict[int, object]
+    free_slots: dict[int, object]
+    specs: list[ComponentSpec] = field(default_factory=list)
+
+    def all_queues(self) -> list:
+        return ([self.report_queue] + self.rollout_inboxes + list(self.inference_queues.values())
+                + list(self.learner_inboxes.values()) + list(self.free_slots.values())
+                + [s.control_queue for s in self.specs if s.name.startswith("inference")])
+
+
+def trajectory_layout(cfg: Config, env: EnvInfo, rnn_state_size: int) -> TrajectoryLayout:
+    total_splits = cfg.num_workers * cfg.worker_num_splits
+    rows = cfg.envs_per_split
+    return TrajectoryLayout(
+        obs_specs=observation_specs(env.observation_space),
+        action_spec=action_spec(env.action_space), rnn_state_size=rnn_state_size,
+        rollout=cfg.rollout, rows_per_slot=rows,
+        num_slots=slots_needed(total_splits, rows, cfg.rollout, cfg.dataset_size))
+
+
+def wire(cfg: Config, env_spec: EnvSpec, env: EnvInfo, device: torch.device,
+         exp: ExperimentDir, resume: bool) -> Wiring:
+    """Allocate buffers and queues and describe every component of the run."""
+    probe = make_actor_critic(cfg, env.observation_space, env.action_space)
+    layout = trajectory_layout(cfg, env, probe.rnn_state_size)
+    policies = range(cfg.num_policies)
+    wiring = Wiring(
+        buffers={p: SharedTrajectoryBuffer(layout) for p in policies},
+        weights={p: SharedPolicyWeights(model_numel(probe), device) for p in policies},
+        report_queue=make_queue(4 << 20),
+        rollout_inboxes=[make_queue() for _ in range(cfg.num_workers)],
+        inference_queues={p: make_queue() for p in policies},
+        learner_inboxes={p: make_queue() for p in policies},
+        free_slots={p: make_queue() for p in policies})
+    for p in policies:
+        send_many(wiring.free_slots[p], list(range(layout.num_slots)))
+        wiring.specs.append(_learner_spec(cfg, p, env, device, exp, resume, wiring))
+        for i in range(cfg.num_inference_workers):
+            wiring.specs.append(_inference_spec(cfg, p, i, env, device, wiring))
+    for w in range(cfg.num_workers):
+        wiring.specs.append(_rollout_spec(cfg, w, env_spec, env, wiring))
+    return wiring
+
+
+def _learner_spec(cfg: Config, p: int, env: EnvInfo, device: torch.device,
+                  exp: ExperimentDir, resume: bool, wiring: Wiring) -> ComponentSpec:
+    inbox = wiring.learner_inboxes[p]
+    return ComponentSpec(f"learner_p{p}", LearnerWorker, dict(
+        cfg=cfg, policy_id=p, observation_space=env.observation_space,
+        action_space=env.action_space, buffer=wiring.buffers[p], weights=wiring.weights[p],
+        inbox=inbox, free_slots=wiring.free_slots[p], report_queue=wiring.report_queue,
+        device=device, checkpoint_dir=str(exp.checkpoint_dir(p)), frameskip=env.frameskip,
+        resume=resume), control_queue=inbox)
+
+
+def _inference_spec(cfg: Config, p: int, i: int, env: EnvInfo, device: torch.device,
+                    wiring: Wiring) -> ComponentSpec:
+    control = make_queue(64 << 10)
+    factory = functools.partial(make_actor_critic, cfg, env.observation_space, env.action_space)
+    return ComponentSpec(f"inference_worker_p{p}_{i}", InferenceWorker, dict(
+        policy_id=p, index=i, model_factory=factory, buffer=wiring.buffers[p],
+        weights=wiring.weights[p], request_queue=wiring.inference_queues[p],
+        control_queue=control, rollout_inboxes=wiring.rollout_inboxes,
+        report_queue=wiring.report_queue, device=device), control_queue=control)
+
+
+def _rollout_spec(cfg: Config, w: int, env_spec: EnvSpec, env: EnvInfo,
+                  wiring: Wiring) -> ComponentSpec:
+    inbox = wiring.rollout_inboxes[w]
+    return ComponentSpec(f"rollout_worker_{w}", RolloutWorker, dict(
+        worker_index=w, env_spec=env_spec, num_envs=cfg.num_envs_per_worker,
+        num_splits=cfg.worker_num_splits, buffers=wiring.buffers, inbox=inbox,
+        inference_queues=wiring.inference_queues, learner_queues=wiring.learner_inboxes,
+        free_slots=wiring.free_slots, report_queue=wiring.report_queue, seed=cfg.seed,
+        frameskip=env.frameskip), control_queue=inbox)

@@ -1,0 +1,85 @@
+"""Command-line flags derived from `Config`: one `--name` per field, help from its metadata.
+
+Flags are parsed as strings and converted by `make_config`, so the CLI and the Python API accept
+and reject exactly the same values with the same messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import typing
+from typing import Any, Sequence
+
+from sampleforge.config.schema import Config, config_fields
+from sampleforge.config.validation import ConfigError, make_config, suggest_name
+
+_GROUP_TITLES = {
+    "experiment": "experiment",
+    "stopping": "when to stop",
+    "sampling": "sampling (rollout and inference workers)",
+    "learner": "learner and loss",
+    "model": "model",
+    "logging": "logging and checkpoints",
+}
+
+
+class ConfigArgumentParser(argparse.ArgumentParser):
+    """An ArgumentParser whose unknown-flag error suggests the closest known flag.
+
+    Abbreviations are off: `--num_worker` must not silently mean `--num_workers`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> typing.NoReturn:
+        if message.startswith("unrecognized arguments:"):
+            known = [s for a in self._actions for s in a.option_strings]
+            bad = [w for w in message.split(":", 1)[1].split() if w.startswith("--")]
+            hints = "".join(suggest_name(w.split("=")[0], known) for w in bad[:1])
+            message = f"{message}{hints}"
+        super().error(message)
+
+
+def _metavar(annotation: Any) -> str:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    inner = args[0] if args and typing.get_origin(annotation) is not typing.Literal else annotation
+    if typing.get_origin(inner) is typing.Literal:
+        return "{" + ",".join(map(str, typing.get_args(inner))) + "}"
+    return getattr(inner, "__name__", "VALUE").upper()
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per Config field, grouped as in the schema, defaults shown in --help."""
+    hints = typing.get_type_hints(Config)
+    defaults = Config()
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for f in config_fields():
+        group_name = f.metadata["group"]
+        if group_name not in groups:
+            groups[group_name] = parser.add_argument_group(_GROUP_TITLES.get(group_name, group_name))
+        default = getattr(defaults, f.name)
+        if isinstance(default, tuple):
+            default = ",".join(map(str, default))
+        groups[group_name].add_argument(
+            f"--{f.name}", type=str, default=argparse.SUPPRESS, metavar=_metavar(hints[f.name]),
+            help=f"{f.metadata['help']} (default: {default})")
+
+
+def config_from_args(args: argparse.Namespace, base: Config | None = None) -> Config:
+    """A validated Config from the flags that were given (absent flags keep `base`'s values)."""
+    names = {f.name for f in config_fields()}
+    given = {k: v for k, v in vars(args).items() if k in names}
+    return make_config(base, **given)
+
+
+def parse_config(argv: Sequence[str]) -> Config:
+    """Parse flags only (no subcommand): used by tests and scripts."""
+    parser = ConfigArgumentParser(prog="sampleforge")
+    add_config_arguments(parser)
+    return config_from_args(parser.parse_args(list(argv)))
+
+
+__all__ = ["ConfigArgumentParser", "add_config_arguments", "config_from_args", "parse_config",
+           "ConfigError"]

@@ -1,0 +1,162 @@
+"""The one typed, documented place for every training setting.
+
+`Config` is a flat frozen dataclass; each field carries its help text and group in its metadata,
+and both the command-line flags (`sampleforge.config.cli_args`) and the Python API keywords are
+derived from it. This module only declares settings: validation lives in `validation.py`, and
+nothing here imports torch, processes or environments.
+
+Defaults follow the Sample Factory paper's Table A.5 where it gives one, adjusted for small
+vector environments where noted (CartPole learns an order of magnitude faster with lr 1e-3).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+DeviceName = Literal["auto", "cpu", "cuda"]
+AlgorithmName = Literal["appo", "impala", "a3c"]
+RnnType = Literal["none", "gru", "lstm"]
+EncoderName = Literal["auto", "mlp", "conv_simple"]
+ActivationName = Literal["elu", "relu", "tanh"]
+LrSchedule = Literal["constant", "linear"]
+RestartBehavior = Literal["resume", "overwrite"]
+
+
+def option(default: Any, help: str, group: str) -> Any:
+    """A config field: its default, the `--help` text and the help group it is listed under."""
+    if isinstance(default, (list, dict)):
+        return field(default_factory=lambda: default, metadata={"help": help, "group": group})
+    return field(default=default, metadata={"help": help, "group": group})
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every setting of a training run. Field names are the CLI flags (`--num_workers 4`)."""
+
+    # --- experiment -----------------------------------------------------------------------------
+    env: str = option("CartPole-v1", "Environment: a Gymnasium id or a registered sampleforge "
+                      "name (e.g. atari_breakout).", "experiment")
+    experiment: Optional[str] = option(None, "Experiment name: the folder under train_dir. "
+                                       "Default: the env name.", "experiment")
+    train_dir: str = option("train_dir", "Root folder of all experiments.", "experiment")
+    restart_behavior: RestartBehavior = option(
+        "resume", "What to do when the experiment folder exists: resume from its latest "
+        "checkpoint, or overwrite (delete it and start fresh).", "experiment")
+    seed: Optional[int] = option(None, "Random seed for torch, numpy and the envs. Default: "
+                                 "random.", "experiment")
+    device: DeviceName = option("auto", "Device of the learner and inference workers: cpu, "
+                                "cuda, or auto (cuda when available).", "experiment")
+    algorithm: AlgorithmName = option(
+        "appo", "appo: PPO clipping + V-trace; impala: V-trace actor-critic without a trust "
+        "region; a3c: advantage actor-critic without off-policy correction.", "experiment")
+
+    # --- when to stop ---------------------------------------------------------------------------
+    train_for_env_steps: int = option(10_000_000, "Stop after this many env steps (frames: agent "
+                                      "steps x frameskip).", "stopping")
+    train_for_seconds: Optional[float] = option(None, "Stop after this many seconds of "
+                                                "training.", "stopping")
+    stop_at_mean_return: Optional[float] = option(
+        None, "Stop once the mean return over the last 100 episodes reaches this. Default: the "
+        "env's reward threshold; pass inf to disable.", "stopping")
+
+    # --- sampling -------------------------------------------------------------------------------
+    serial_mode: bool = option(False, "Run every component in this one process (debugging, "
+                               "tests).", "sampling")
+    num_workers: int = option(2, "Rollout worker processes (one per core is usual).", "sampling")
+    num_envs_per_worker: int = option(16, "Environments simulated by each rollout worker.",
+                                      "sampling")
+    worker_num_splits: int = option(2, "Groups the worker's envs are split into; 2 gives "
+                                    "double-buffered sampling.", "sampling")
+    num_inference_workers: int = option(1, "Inference worker processes per policy.", "sampling")
+    num_policies: int = option(1, "Policies trained at once (each with its own learner and "
+                               "inference workers).", "sampling")
+    rollout: int = option(32, "Trajectory length T: env steps per trajectory sent to the "
+                          "learner.", "sampling")
+    max_policy_lag: int = option(100, "Samples older than this many SGD steps are dropped from "
+                                 "training.", "sampling")
+
+    # --- learner --------------------------------------------------------------------------------
+    batch_size: int = option(1024, "Minibatch size in samples; a multiple of rollout (minibatches "
+                             "hold whole trajectories).", "learner")
+    num_batches_per_epoch: int = option(1, "Minibatches per dataset; the dataset is batch_size x "
+                                        "num_batches_per_epoch samples.", "learner")
+    num_epochs: int = option(1, "Passes of SGD over each dataset.", "learner")
+    learning_rate: float = option(1e-3, "Adam learning rate (paper: 1e-4 for VizDoom).",
+                                  "learner")
+    lr_schedule: LrSchedule = option("constant", "Learning-rate schedule: constant, or linear "
+                                     "decay to 0 at train_for_env_steps.", "learner")
+    adam_beta1: float = option(0.9, "Adam beta1.", "learner")
+    adam_beta2: float = option(0.999, "Adam beta2.", "learner")
+    adam_eps: float = option(1e-6, "Adam epsilon.", "learner")
+    max_grad_norm: float = option(4.0, "Gradient-norm clipping threshold (0 disables).",
+                                  "learner")
+    gamma: float = option(0.99, "Discount factor.", "learner")
+    gae_lambda: float = option(0.95, "GAE lambda (used when V-trace is off, and by a3c).",
+                               "learner")
+    with_vtrace: bool = option(True, "APPO: V-trace targets and advantages (else GAE).",
+                               "learner")
+    vtrace_rho_bar: float = option(1.0, "V-trace rho clipping threshold.", "learner")
+    vtrace_c_bar: float = option(1.0, "V-trace c clipping threshold.", "learner")
+    ppo_clip_ratio: float = option(0.1, "PPO clipping: ratios outside [1/(1+x), 1+x] get no "
+                                   "gradient.", "learner")
+    value_clip: Optional[float] = option(None, "Clip value updates around the behaviour values "
+                                         "(PPO-style); None disables.", "learner")
+    value_loss_coeff: float = option(0.5, "Critic loss coefficient.", "learner")
+    entropy_coeff: float = option(0.003, "Entropy bonus coefficient.", "learner")
+    normalize_advantages: bool = option(True, "Normalise advantages per minibatch.", "learner")
+    reward_scale: float = option(1.0, "Rewards are multiplied by this before learning.",
+                                 "learner")
+    reward_clip: Optional[float] = option(None, "Rewards are clipped to [-x, x] after scaling; "
+                                          "None disables.", "learner")
+    normalize_obs: bool = option(False, "Running normalisation of vector observations (saved "
+                                 "with the model).", "learner")
+
+    # --- model ----------------------------------------------------------------------------------
+    encoder: EncoderName = option("auto", "Observation encoder: mlp, conv_simple (the paper's "
+                                  "3 conv + fc), or auto by observation shape.", "model")
+    mlp_hidden_sizes: tuple[int, ...] = option((64, 64), "Hidden layer sizes of the MLP "
+                                               "encoder, comma separated.", "model")
+    activation: ActivationName = option("tanh", "Activation of hidden layers.", "model")
+    rnn: RnnType = option("none", "Recurrent core: none, gru or lstm (trained by BPTT over the "
+                          "rollout).", "model")
+    rnn_size: int = option(128, "Hidden size of the recurrent core.", "model")
+    shared_weights: bool = option(True, "Actor and critic share the encoder and core.", "model")
+
+    # --- logging and checkpoints ----------------------------------------------------------------
+    report_every_sec: float = option(5.0, "Seconds between console status lines and metric "
+                                     "rows.", "logging")
+    save_every_sec: float = option(120.0, "Seconds between periodic checkpoints.", "logging")
+    keep_checkpoints: int = option(3, "Periodic checkpoints kept (plus the best).", "logging")
+    tensorboard: bool = option(True, "Write TensorBoard scalars.", "logging")
+
+    def replace(self, **changes: Any) -> "Config":
+        """A copy with some fields changed (not validated: call `validate_config`)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def experiment_name(self) -> str:
+        """The experiment folder's name: `experiment`, or the env name when unset."""
+        return self.experiment or self.env
+
+    @property
+    def envs_per_split(self) -> int:
+        return self.num_envs_per_worker // self.worker_num_splits
+
+    @property
+    def dataset_size(self) -> int:
+        """Samples the learner collects before a round of `num_epochs` SGD passes."""
+        return self.batch_size * self.num_batches_per_epoch
+
+
+def config_fields() -> list[dataclasses.Field]:
+    """The fields of `Config`, in declaration order."""
+    return list(dataclasses.fields(Config))
+
+
+def config_to_dict(cfg: Config) -> dict[str, Any]:
+    """A JSON-ready dict of every setting."""
+    out = dataclasses.asdict(cfg)
+    out["mlp_hidden_sizes"] = list(cfg.mlp_hidden_sizes)
+    return out

@@ -1,0 +1,226 @@
+"""Building a `Config` from untrusted input, and checking it before any process starts.
+
+Every problem is collected and reported at once in one `ConfigError`: unknown names (with a
+"did you mean"), wrong types, out-of-range values and cross-field violations. Nothing here
+touches environments or processes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import types
+import typing
+from typing import Any, Iterable, Mapping
+
+from sampleforge.config.schema import Config, config_fields
+
+
+class ConfigError(ValueError):
+    """One or more invalid settings; `problems` lists each one on its own line."""
+
+    def __init__(self, problems: Iterable[str]):
+        self.problems = list(problems)
+        if len(self.problems) == 1:
+            super().__init__(f"invalid config: {self.problems[0]}")
+        else:
+            lines = "\n".join(f"  - {p}" for p in self.problems)
+            super().__init__(f"invalid config ({len(self.problems)} problems):\n{lines}")
+
+
+def _field_types() -> dict[str, Any]:
+    return typing.get_type_hints(Config)
+
+
+def suggest_name(name: str, known: Iterable[str]) -> str:
+    """' (did you mean --x?)' for a close known name, else ''."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return annotation, False
+
+
+def coerce_value(name: str, value: Any, annotation: Any) -> Any:
+    """Convert `value` (possibly a CLI string) to the field's type, or raise ValueError."""
+    inner, optional = _unwrap_optional(annotation)
+    if value is None or (optional and isinstance(value, str) and value.lower() == "none"):
+        if optional:
+            return None
+        raise ValueError(f"{name}: None is not allowed (expected {_describe(inner)})")
+    origin = typing.get_origin(inner)
+    if origin is typing.Literal:
+        allowed = typing.get_args(inner)
+        if value not in allowed:
+            raise ValueError(f"{name}: {value!r} is not one of {', '.join(map(str, allowed))}"
+                             f"{suggest_name(str(value), map(str, allowed))}")
+        return value
+    if inner is bool:
+        return _to_bool(name, value)
+    if inner is int:
+        return _to_int(name, value)
+    if inner is float:
+        return _to_float(name, value)
+    if inner is str:
+        if not isinstance(value, str):
+            raise ValueError(f"{name}: expected a string, got {value!r}")
+        return value
+    if origin is tuple:
+        return _to_int_tuple(name, value)
+    raise TypeError(f"no conversion for field {name} of type {inner}")  # a schema bug
+
+
+def _describe(annotation: Any) -> str:
+    if typing.get_origin(annotation) is typing.Literal:
+        return "one of " + ", ".join(map(str, typing.get_args(annotation)))
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _to_bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"{name}: {value!r} is not a boolean (use true or false)")
+
+
+def _to_int(name: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            as_float = float(value.replace("_", ""))
+        except ValueError:
+            as_float = math.nan
+        if math.isfinite(as_float) and as_float.is_integer():
+            return int(as_float)  # accepts 1e6 and 1_000_000 on the command line
+    raise ValueError(f"{name}: expected an integer, got {value!r}")
+
+
+def _to_float(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name}: expected a number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    raise ValueError(f"{name}: expected a number, got {value!r}")
+
+
+def _to_int_tuple(name: str, value: Any) -> tuple[int, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    try:
+        out = tuple(_to_int(name, v.strip() if isinstance(v, str) else v) for v in items)
+    except (ValueError, TypeError):
+        raise ValueError(f"{name}: expected comma-separated integers, got {value!r}") from None
+    if not out:
+        raise ValueError(f"{name}: expected at least one integer")
+    return out
+
+
+def make_config(base: Config | None = None, **overrides: Any) -> Config:
+    """A validated `Config`: `base` (default: all defaults) with `overrides` applied.
+
+    Raises ConfigError listing every unknown name, bad type and violated rule at once.
+    """
+    base = base or Config()
+    types_by_name = _field_types()
+    problems: list[str] = []
+    values: dict[str, Any] = {}
+    for name, value in overrides.items():
+        if name not in types_by_name:
+            problems.append(f"unknown setting '{name}'{suggest_name(name, types_by_name)}")
+            continue
+        try:
+            values[name] = coerce_value(name, value, types_by_name[name])
+        except ValueError as e:
+            problems.append(str(e))
+    if problems:
+        raise ConfigError(problems)
+    cfg = dataclasses.replace(base, **values)
+    validate_config(cfg)
+    return cfg
+
+
+def config_from_dict(data: Mapping[str, Any]) -> Config:
+    """Rebuild a config saved with `config_to_dict` (unknown keys are refused)."""
+    return make_config(**dict(data))
+
+
+_POSITIVE_INTS = ("num_workers", "num_envs_per_worker", "worker_num_splits",
+                  "num_inference_workers", "num_policies", "rollout", "batch_size",
+                  "num_batches_per_epoch", "num_epochs", "rnn_size", "keep_checkpoints",
+                  "train_for_env_steps", "max_policy_lag")
+_POSITIVE_FLOATS = ("learning_rate", "adam_eps", "report_every_sec", "save_every_sec",
+                    "reward_scale")
+_UNIT_INTERVAL = ("gamma", "gae_lambda", "adam_beta1", "adam_beta2")
+_NON_NEGATIVE = ("max_grad_norm", "value_loss_coeff", "entropy_coeff", "ppo_clip_ratio",
+                 "vtrace_rho_bar", "vtrace_c_bar")
+
+
+def range_problems(cfg: Config) -> list[str]:
+    """Out-of-range single values."""
+    problems = []
+    for name in _POSITIVE_INTS:
+        if getattr(cfg, name) < 1:
+            problems.append(f"{name}: {getattr(cfg, name)} must be >= 1")
+    for name in _POSITIVE_FLOATS:
+        if not getattr(cfg, name) > 0:
+            problems.append(f"{name}: {getattr(cfg, name)} must be > 0")
+    for name in _UNIT_INTERVAL:
+        if not 0.0 <= getattr(cfg, name) <= 1.0:
+            problems.append(f"{name}: {getattr(cfg, name)} must be in [0, 1]")
+    for name in _NON_NEGATIVE:
+        if not getattr(cfg, name) >= 0:
+            problems.append(f"{name}: {getattr(cfg, name)} must be >= 0")
+    for name in ("train_for_seconds", "value_clip", "reward_clip"):
+        value = getattr(cfg, name)
+        if value is not None and not value > 0:
+            problems.append(f"{name}: {value} must be > 0 (or none)")
+    if any(size < 1 for size in cfg.mlp_hidden_sizes):
+        problems.append(f"mlp_hidden_sizes: {cfg.mlp_hidden_sizes} must all be >= 1")
+    if not cfg.experiment_name.strip() or "/" in cfg.experiment_name:
+        problems.append(f"experiment: {cfg.experiment_name!r} must be a non-empty folder name "
+                        "without '/'")
+    return problems
+
+
+def cross_field_problems(cfg: Config) -> list[str]:
+    """Rules that tie several settings together."""
+    problems = []
+    if cfg.worker_num_splits >= 1 and cfg.num_envs_per_worker % cfg.worker_num_splits:
+        problems.append(f"num_envs_per_worker ({cfg.num_envs_per_worker}) must be divisible by "
+                        f"worker_num_splits ({cfg.worker_num_splits})")
+    if cfg.rollout >= 1 and cfg.batch_size % cfg.rollout:
+        problems.append(f"batch_size ({cfg.batch_size}) must be a multiple of rollout "
+                        f"({cfg.rollout}): minibatches hold whole trajectories")
+    if cfg.num_policies != 1:
+        problems.append(f"num_policies: {cfg.num_policies} is not supported yet (only 1)")
+    return problems
+
+
+def validate_config(cfg: Config) -> None:
+    """Raise ConfigError listing every range and cross-field problem of `cfg` at once."""
+    problems = range_problems(cfg) + cross_field_problems(cfg)
+    if problems:
+        raise ConfigError(problems)
+
+
+def known_settings() -> list[str]:
+    return [f.name for f in config_fields()]

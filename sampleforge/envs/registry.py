@@ -1,0 +1,281 @@
+"""Environment registry: maps names to factories and builds environments from them.
+
+Responsibility: let users register their own environment factories from their own code,
+resolve a name (a sampleforge name first, then any Gymnasium id), build the environment
+with episode statistics attached, derive per-(worker, env) seeds, and describe an
+environment's spaces without the caller keeping an instance around.
+
+It must not: know about any particular environment family (Atari lives in ``atari.py``),
+step environments for training, touch models or processes, or reset environments on the
+caller's behalf (the first ``reset(seed=...)`` belongs to whoever drives the env).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+
+class UnknownEnvError(ValueError):
+    """Raised when a name is neither a registered sampleforge env nor a Gymnasium id."""
+
+
+@dataclass(frozen=True)
+class EnvContext:
+    """Where an environment instance lives, so each instance can differ (seed, rendering)."""
+
+    worker_index: int = 0
+    env_index: int = 0
+    seed: int | None = None
+    render_mode: str | None = None
+
+    def __post_init__(self) -> None:
+        # Negative indices would make seed derivation ambiguous (and SeedSequence rejects them).
+        if self.worker_index < 0 or self.env_index < 0:
+            raise ValueError(
+                f"worker_index and env_index must be >= 0, got "
+                f"({self.worker_index}, {self.env_index})"
+            )
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(f"seed must be None or >= 0, got {self.seed}")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """How to build one kind of environment, plus facts the trainer needs about it."""
+
+    name: str
+    factory: Callable[[EnvContext], gym.Env]
+    # Emulator frames per agent step; throughput is reported in frames, as is customary.
+    frameskip: int = 1
+    reward_threshold: float | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """Static description of an environment, computed once per name and process."""
+
+    observation_space: gym.Space
+    action_space: gym.Space
+    frameskip: int
+    reward_threshold: float | None
+
+
+class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
+    """Adds ``info["episode"] = {"r": float, "l": int}`` on the step that ends an episode.
+
+    Place it directly around the raw environment, under any reward clipping or
+    episodic-life wrapper, so it reports the true return of the real episode. ``l`` counts
+    steps of the environment it wraps (emulator frames when that env does no frame skip).
+    Gymnasium's wrapper does the counting; this subclass only narrows the record to plain
+    Python numbers, because it is sent between processes and NumPy scalars or the extra
+    wall-clock field would leak into every consumer.
+    """
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        if "episode" in info:
+            record = info["episode"]
+            info["episode"] = {"r": float(record["r"]), "l": int(record["l"])}
+        return obs, reward, terminated, truncated, info
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_INFO_CACHE: dict[str, EnvInfo] = {}
+_ale_registration_tried = False
+
+
+def register_env(
+    name: str,
+    factory: Callable[[EnvContext], gym.Env],
+    *,
+    frameskip: int = 1,
+    reward_threshold: float | None = None,
+    description: str = "",
+    overwrite: bool = False,
+) -> None:
+    """Register ``factory`` under ``name``; ``factory(context)`` must return a gymnasium.Env."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"environment name must be a non-empty string, got {name!r}")
+    if not callable(factory):
+        raise TypeError(f"factory for {name!r} must be callable, got {type(factory).__name__}")
+    if not isinstance(frameskip, int) or frameskip < 1:
+        raise ValueError(f"frameskip for {name!r} must be an int >= 1, got {frameskip!r}")
+    if name in _REGISTRY and not overwrite:
+        raise ValueError(
+            f"environment {name!r} is already registered; pass overwrite=True to replace it"
+        )
+    _REGISTRY[name] = EnvSpec(
+        name=name,
+        factory=factory,
+        frameskip=frameskip,
+        reward_threshold=None if reward_threshold is None else float(reward_threshold),
+        description=description,
+    )
+    # A replaced factory may have different spaces.
+    _INFO_CACHE.pop(name, None)
+
+
+def registered_envs() -> list[str]:
+    """Names registered with sampleforge (not Gymnasium ids), sorted."""
+    return sorted(_REGISTRY)
+
+
+def resolve_env(name: str) -> EnvSpec:
+    """Find the spec for ``name``: a sampleforge name first, then a Gymnasium id."""
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    gym_spec = gym.registry.get(name)
+    if gym_spec is None:
+        # ALE ids only exist in gymnasium's registry once ale_py is imported; do it only
+        # on a miss so importing sampleforge stays cheap and works without ale-py.
+        _register_ale_ids()
+        gym_spec = gym.registry.get(name)
+    if gym_spec is None:
+        raise UnknownEnvError(_unknown_env_message(name))
+    return _spec_from_gymnasium(gym_spec)
+
+
+def env_seed(context: EnvContext) -> int | None:
+    """A seed distinct per (worker_index, env_index) derived from ``context.seed``.
+
+    Returns None when ``context.seed`` is None, meaning "do not seed".
+    """
+    if context.seed is None:
+        return None
+    # SeedSequence hashes (seed, worker, env) so neighbouring indices get unrelated streams,
+    # unlike seed + index which makes run A's env 1 equal to run B's env 0.
+    sequence = np.random.SeedSequence(
+        context.seed, spawn_key=(context.worker_index, context.env_index)
+    )
+    return int(sequence.generate_state(1, dtype=np.uint32)[0])
+
+
+def make_env(name: str | EnvSpec, context: EnvContext = EnvContext()) -> gym.Env:
+    """Build the environment ``name`` (or an already resolved spec) for ``context``, with
+    episode statistics attached.
+
+    Worker processes are given the resolved ``EnvSpec`` rather than the name: an env a user
+    registered in their own script is then built there too, with no registration in the child.
+    The spaces are seeded from :func:`env_seed`; the caller still passes
+    ``reset(seed=env_seed(context))`` on the first reset.
+    """
+    spec = name if isinstance(name, EnvSpec) else resolve_env(name)
+    name = spec.name
+    env = spec.factory(context)
+    if not isinstance(env, gym.Env):
+        raise TypeError(
+            f"factory for {name!r} returned {type(env).__name__}, expected a gymnasium.Env"
+        )
+    if not _has_episode_statistics(env):
+        env = EpisodeStatistics(env)
+    seed = env_seed(context)
+    if seed is not None:
+        env.action_space.seed(seed)
+        env.observation_space.seed(seed)
+    return env
+
+
+def env_info(name: str) -> EnvInfo:
+    """Spaces and facts of ``name``, from one throwaway instance (cached per name)."""
+    cached = _INFO_CACHE.get(name)
+    if cached is not None:
+        return cached
+    spec = resolve_env(name)
+    env = make_env(name)
+    try:
+        info = EnvInfo(
+            observation_space=env.observation_space,
+            action_space=env.action_space,
+            frameskip=spec.frameskip,
+            reward_threshold=spec.reward_threshold,
+        )
+    finally:
+        env.close()
+    _check_supported_spaces(name, info)
+    _INFO_CACHE[name] = info
+    return info
+
+
+def _spec_from_gymnasium(gym_spec: gym.envs.registration.EnvSpec) -> EnvSpec:
+    # ALE's v5 ids skip frames inside the env; count them so FPS stays in frames.
+    frameskip = gym_spec.kwargs.get("frameskip", 1)
+    threshold = gym_spec.reward_threshold
+    return EnvSpec(
+        name=gym_spec.id,
+        factory=partial(_make_gymnasium_env, gym_spec.id),
+        frameskip=frameskip if isinstance(frameskip, int) and frameskip >= 1 else 1,
+        reward_threshold=None if threshold is None else float(threshold),
+        description=f"Gymnasium environment {gym_spec.id}",
+    )
+
+
+def _make_gymnasium_env(env_id: str, context: EnvContext) -> gym.Env:
+    # A module-level function in a partial (not a lambda) keeps specs picklable for workers.
+    return gym.make(env_id, render_mode=context.render_mode)
+
+
+def _register_ale_ids() -> None:
+    global _ale_registration_tried
+    if _ale_registration_tried:
+        return
+    _ale_registration_tried = True
+    try:
+        import ale_py
+    except ImportError:
+        return  # without ale-py there are simply no ALE ids to find
+    gym.register_envs(ale_py)
+
+
+def _unknown_env_message(name: str) -> str:
+    candidates = list(_REGISTRY) + list(gym.registry)
+    # Compare case-insensitively so "cartpole-v1" still finds "CartPole-v1".
+    by_lower = {candidate.lower(): candidate for candidate in candidates}
+    close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=3, cutoff=0.6)
+    message = f"unknown environment {name!r}"
+    if close:
+        suggestions = ", ".join(repr(by_lower[match]) for match in close)
+        return f"{message}; did you mean {suggestions}?"
+    return f"{message}; see sampleforge.envs.registered_envs() or gymnasium.registry"
+
+
+def _has_episode_statistics(env: gym.Env) -> bool:
+    # Gymnasium's own RecordEpisodeStatistics counts too: wrapping twice would trip its
+    # assertion that "episode" is not already in info.
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.RecordEpisodeStatistics):
+            return True
+        env = env.env
+    return False
+
+
+_OBSERVATION_SPACES = "Box or Dict of Box"
+_ACTION_SPACES = "Discrete, MultiDiscrete, Tuple of Discrete, or Box"
+
+
+def _check_supported_spaces(name: str, info: EnvInfo) -> None:
+    obs, act = info.observation_space, info.action_space
+    obs_ok = isinstance(obs, gym.spaces.Box) or (
+        isinstance(obs, gym.spaces.Dict)
+        and all(isinstance(sub, gym.spaces.Box) for sub in obs.spaces.values())
+    )
+    if not obs_ok:
+        raise TypeError(
+            f"environment {name!r}: observation space {obs} is not supported "
+            f"(use {_OBSERVATION_SPACES})"
+        )
+    act_ok = isinstance(act, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)) or (
+        isinstance(act, gym.spaces.Tuple)
+        and all(isinstance(sub, gym.spaces.Discrete) for sub in act.spaces)
+    )
+    if not act_ok:
+        raise TypeError(
+            f"environment {name!r}: action space {act} is not supported (use {_ACTION_SPACES})"
+        )

@@ -1,0 +1,214 @@
+"""The actor-critic policy: encoder(s) + core(s) + action head + value head.
+
+Responsible for: assembling the model from gymnasium spaces and plain keyword arguments, the
+two entry points of the system (``act`` for the inference worker, one step per env;
+``evaluate`` for the learner, whole trajectories with backprop-through-time), and optional
+observation normalisation whose statistics live in the model's buffers.
+
+Must not: compute losses, own optimisers, read config objects, move data to the host
+(no ``.numpy()``/``.cpu()`` in the forward paths) or assume a particular device.
+
+Recurrent state layout: one flat float tensor per env, ``[B, rnn_state_size]``. With
+``shared_weights=False`` the critic has its own encoder and core, and the state is
+``cat(actor_state, critic_state)`` along dim 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from sampleforge import spaces
+from sampleforge.models.action_heads import make_action_head
+from sampleforge.models.cores import make_core
+from sampleforge.models.encoders import make_encoder
+from sampleforge.models.normalizer import RunningMeanStd
+
+VALUE_HEAD_GAIN = 1.0
+
+ObsDict = Mapping[str, torch.Tensor]
+
+
+class ActOutput(NamedTuple):
+    """Result of ``ActorCritic.act`` for B envs."""
+
+    actions: torch.Tensor  # [B, A], dtype per spaces.action_spec
+    log_probs: torch.Tensor  # [B]
+    values: torch.Tensor  # [B]
+    new_rnn_states: torch.Tensor  # [B, S]
+
+
+class EvaluateOutput(NamedTuple):
+    """Result of ``ActorCritic.evaluate`` for a [T, B] trajectory batch."""
+
+    log_probs: torch.Tensor  # [T, B]
+    entropy: torch.Tensor  # [T, B]
+    values: torch.Tensor  # [T, B]
+
+
+class ActorCritic(nn.Module):
+    """Actor-critic for one (observation space, action space) pair.
+
+    Attributes: ``obs_specs`` (dict key -> TensorSpec), ``action_spec`` (TensorSpec of one
+    action row), ``rnn_state_size`` (S; 0 without recurrence), ``normalized_keys`` (observation
+    keys that are normalised when ``normalize_obs`` is on: every non-uint8 key; uint8 images
+    never are).
+    """
+
+    def __init__(
+        self,
+        obs_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        encoder: str = "auto",
+        mlp_hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "elu",
+        rnn_type: str = "none",
+        rnn_size: int = 128,
+        shared_weights: bool = True,
+        normalize_obs: bool = False,
+    ) -> None:
+        super().__init__()
+        self.obs_specs = spaces.observation_specs(obs_space)
+        self.action_spec = spaces.action_spec(action_space)
+        self.shared_weights = bool(shared_weights)
+        self.normalize_obs = bool(normalize_obs)
+
+        def build_encoder() -> nn.Module:
+            return make_encoder(self.obs_specs, encoder, mlp_hidden_sizes, activation)
+
+        self.actor_encoder = build_encoder()
+        self.actor_core = make_core(rnn_type, self.actor_encoder.out_size, rnn_size)
+        self.critic_encoder: nn.Module | None = None
+        self.critic_core: nn.Module | None = None
+        if not self.shared_weights:
+            self.critic_encoder = build_encoder()
+            self.critic_core = make_core(rnn_type, self.critic_encoder.out_size, rnn_size)
+
+        self.action_head = make_action_head(action_space, self.actor_core.out_size)
+        critic_out = (self.critic_core or self.actor_core).out_size
+        self.value_head = nn.Linear(critic_out, 1)
+        nn.init.orthogonal_(self.value_head.weight, gain=VALUE_HEAD_GAIN)
+        nn.init.zeros_(self.value_head.bias)
+
+        self._actor_state_size = self.actor_core.state_size
+        critic_state = 0 if self.critic_core is None else self.critic_core.state_size
+        self.rnn_state_size = self._actor_state_size + critic_state
+
+        # A ModuleList (not ModuleDict) so observation keys containing "." remain legal.
+        self.normalized_keys: list[str] = []
+        self.obs_normalizers = nn.ModuleList()
+        if self.normalize_obs:
+            for key, spec in self.obs_specs.items():
+                if spec.dtype != torch.uint8:
+                    self.normalized_keys.append(key)
+                    self.obs_normalizers.append(RunningMeanStd(spec.shape))
+
+    # ------------------------------------------------------------------ normalisation
+
+    def normalize_observations(self, obs: ObsDict) -> dict[str, torch.Tensor]:
+        """Return a new obs dict with float keys normalised (others passed through).
+
+        obs: {key: [..., *spec.shape]} with any leading dims. Identity if normalize_obs is off.
+        """
+        out = dict(obs)
+        for key, rms in zip(self.normalized_keys, self.obs_normalizers):
+            out[key] = rms.normalize(obs[key])
+        return out
+
+    @torch.no_grad()
+    def update_normalizer(self, obs: ObsDict) -> None:
+        """Merge training observations into the statistics. obs: {key: [..., *spec.shape]}."""
+        for key, rms in zip(self.normalized_keys, self.obs_normalizers):
+            rms.update(obs[key])
+
+    # ------------------------------------------------------------------ helpers
+
+    def _split_state(self, states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, S] -> (actor [B, S_a], critic [B, S_c]); critic part is empty when shared."""
+        return states[:, : self._actor_state_size], states[:, self._actor_state_size :]
+
+    def _value(self, features: torch.Tensor) -> torch.Tensor:
+        return self.value_head(features).squeeze(-1)
+
+    # ------------------------------------------------------------------ entry points
+
+    def act(self, obs: ObsDict, rnn_states: torch.Tensor, deterministic: bool = False) -> ActOutput:
+        """One policy step for B envs.
+
+        obs: {key: [B, *shape]}; rnn_states: [B, S] (already zeroed by the caller for envs
+        that just reset). Returns actions [B, A], log_probs [B], values [B], new states [B, S].
+        """
+        obs = self.normalize_observations(obs)
+        actor_state, critic_state = self._split_state(rnn_states)
+        actor_features, new_actor_state = self.actor_core.step(self.actor_encoder(obs), actor_state)
+        if self.critic_core is None:
+            critic_features, new_states = actor_features, new_actor_state
+        else:
+            critic_features, new_critic_state = self.critic_core.step(
+                self.critic_encoder(obs), critic_state
+            )
+            new_states = torch.cat([new_actor_state, new_critic_state], dim=1)
+
+        dist = self.action_head(actor_features)
+        actions = dist.mode() if deterministic else dist.sample()
+        return ActOutput(
+            actions=actions,
+            log_probs=dist.log_prob(actions),
+            values=self._value(critic_features),
+            new_rnn_states=new_states,
+        )
+
+    def _run_sequence(
+        self,
+        encoder: nn.Module,
+        core: nn.Module,
+        flat_obs: ObsDict,
+        state0: torch.Tensor,
+        episode_starts: torch.Tensor,
+    ) -> torch.Tensor:
+        """Encode [T*B] observations and run the core over time -> features [T*B, H]."""
+        time, batch = episode_starts.shape
+        features = encoder(flat_obs).reshape(time, batch, -1)
+        out, _ = core.sequence(features, state0, episode_starts)
+        return out.reshape(time * batch, -1)
+
+    def evaluate(
+        self,
+        obs: ObsDict,
+        rnn_states0: torch.Tensor,
+        episode_starts: torch.Tensor,
+        actions: torch.Tensor,
+    ) -> EvaluateOutput:
+        """Re-evaluate stored actions over whole trajectories (with gradients).
+
+        obs: {key: [T, B, *shape]}; rnn_states0: [B, S] state before step 0; episode_starts:
+        [T, B] (the state is zeroed before step t where set); actions: [T, B, A].
+        Returns log_probs [T, B], entropy [T, B], values [T, B].
+        """
+        time, batch = episode_starts.shape
+        flat_obs = {k: v.reshape(time * batch, *v.shape[2:]) for k, v in obs.items()}
+        flat_obs = self.normalize_observations(flat_obs)
+        actor_state, critic_state = self._split_state(rnn_states0)
+
+        actor_features = self._run_sequence(
+            self.actor_encoder, self.actor_core, flat_obs, actor_state, episode_starts
+        )
+        if self.critic_core is None:
+            critic_features = actor_features
+        else:
+            critic_features = self._run_sequence(
+                self.critic_encoder, self.critic_core, flat_obs, critic_state, episode_starts
+            )
+
+        dist = self.action_head(actor_features)
+        flat_actions = actions.reshape(time * batch, -1)
+        return EvaluateOutput(
+            log_probs=dist.log_prob(flat_actions).reshape(time, batch),
+            entropy=dist.entropy().reshape(time, batch),
+            values=self._value(critic_features).reshape(time, batch),
+        )

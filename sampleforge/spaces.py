@@ -1,0 +1,202 @@
+"""How gymnasium spaces map to tensors.
+
+Responsible for:
+  * describing the tensors that carry observations and actions (``TensorSpec``),
+  * converting one env's raw observation into the canonical ``dict[str, np.ndarray]`` form,
+  * converting a batch of policy actions back into what ``env.step`` expects,
+  * rejecting unsupported spaces early with one clear error line.
+
+Must not: build networks, allocate shared buffers, or know about workers/processes. It is a
+foundation module and imports only numpy, torch and gymnasium.
+
+Conventions:
+  * Observations are always a dict of arrays. A non-Dict space becomes ``{"obs": ...}``; a Dict
+    space keeps its keys (iterated in sorted order everywhere so layouts are deterministic).
+  * Actions are always a flat 2-D batch ``[N, A]``. Discrete-like actions are stored as
+    zero-based category indices (int64); the space's ``start`` offset is added back only in
+    ``actions_to_env``. Box actions are flattened to ``A = prod(shape)`` float32 values and are
+    clipped to the space bounds only in ``actions_to_env`` (the learner sees the raw sample).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from gymnasium import spaces as gym_spaces
+
+OBS_KEY = "obs"
+
+SUPPORTED_OBSERVATION_SPACES = "Box, Dict(Box...)"
+SUPPORTED_ACTION_SPACES = "Discrete, MultiDiscrete, Tuple(Discrete...), Box"
+
+_TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
+    torch.uint8: np.dtype(np.uint8),
+    torch.float32: np.dtype(np.float32),
+    torch.int64: np.dtype(np.int64),
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Shape (without batch dims) and dtype of one tensor stream."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        """The numpy dtype matching ``dtype`` (for host-side buffers)."""
+        return _TORCH_TO_NUMPY[self.dtype]
+
+
+class UnsupportedSpaceError(ValueError):
+    """Raised when an observation or action space cannot be mapped to tensors."""
+
+
+# --------------------------------------------------------------------------- observations
+
+
+def _box_obs_spec(space: gym_spaces.Box) -> TensorSpec:
+    # uint8 stays uint8 so images are moved and stored at 1 byte/pixel; everything else is
+    # float32 because that is what the networks consume.
+    dtype = torch.uint8 if space.dtype == np.uint8 else torch.float32
+    return TensorSpec(shape=tuple(int(d) for d in space.shape), dtype=dtype)
+
+
+def observation_specs(space: gym_spaces.Space) -> dict[str, TensorSpec]:
+    """Map an observation space to one ``TensorSpec`` per observation key.
+
+    Box -> ``{"obs": spec}``; Dict of Boxes -> one entry per key, keys sorted.
+    Raises UnsupportedSpaceError for anything else.
+    """
+    if isinstance(space, gym_spaces.Box):
+        return {OBS_KEY: _box_obs_spec(space)}
+    if isinstance(space, gym_spaces.Dict) and len(space.spaces) > 0:
+        specs: dict[str, TensorSpec] = {}
+        for key in sorted(space.spaces):
+            sub = space.spaces[key]
+            if not isinstance(sub, gym_spaces.Box):
+                raise UnsupportedSpaceError(
+                    f"unsupported observation space {space!r} (key {key!r} is {sub!r}); "
+                    f"supported: {SUPPORTED_OBSERVATION_SPACES}"
+                )
+            specs[key] = _box_obs_spec(sub)
+        return specs
+    raise UnsupportedSpaceError(
+        f"unsupported observation space {space!r}; supported: {SUPPORTED_OBSERVATION_SPACES}"
+    )
+
+
+def observation_to_dict(obs: Any, space: gym_spaces.Space) -> dict[str, np.ndarray]:
+    """Convert one env's observation into ``{key: array}`` with the spec dtypes.
+
+    obs: a single (unbatched) observation as returned by ``env.reset``/``env.step``.
+    Returns arrays shaped like the spec (no batch dim). Non-dict observations are wrapped as
+    ``{"obs": obs}``. Called per env step, so it does not re-validate the space (use
+    ``check_supported`` once at start-up).
+    """
+    if isinstance(space, gym_spaces.Dict):
+        return {k: _as_obs_array(obs[k], space.spaces[k]) for k in sorted(space.spaces)}
+    return {OBS_KEY: _as_obs_array(obs, space)}
+
+
+def _as_obs_array(value: Any, box: gym_spaces.Space) -> np.ndarray:
+    # Same dtype rule as _box_obs_spec; asarray avoids a copy when the dtype already matches.
+    dtype = np.uint8 if box.dtype == np.uint8 else np.float32
+    return np.asarray(value, dtype=dtype)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def _is_tuple_of_discrete(space: gym_spaces.Space) -> bool:
+    return (
+        isinstance(space, gym_spaces.Tuple)
+        and len(space.spaces) > 0
+        and all(isinstance(s, gym_spaces.Discrete) for s in space.spaces)
+    )
+
+
+def categorical_sizes(space: gym_spaces.Space) -> tuple[int, ...]:
+    """Number of categories of each independent categorical head of a discrete action space.
+
+    Discrete(n) -> (n,); MultiDiscrete(nvec) -> nvec flattened; Tuple(Discrete...) -> one per
+    element. Raises UnsupportedSpaceError for non-discrete spaces.
+    """
+    if isinstance(space, gym_spaces.Discrete):
+        return (int(space.n),)
+    if isinstance(space, gym_spaces.MultiDiscrete):
+        return tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
+    if _is_tuple_of_discrete(space):
+        return tuple(int(s.n) for s in space.spaces)
+    raise UnsupportedSpaceError(
+        f"{space!r} is not a discrete action space; supported: {SUPPORTED_ACTION_SPACES}"
+    )
+
+
+def action_spec(space: gym_spaces.Space) -> TensorSpec:
+    """Map an action space to the spec of one env's action row (the ``A`` in ``[N, A]``).
+
+    Discrete -> ((1,), int64); MultiDiscrete -> ((n,), int64); Tuple(Discrete...) ->
+    ((n,), int64); Box -> ((prod(shape),), float32). Raises UnsupportedSpaceError otherwise.
+    """
+    if isinstance(space, gym_spaces.Box):
+        return TensorSpec(shape=(int(np.prod(space.shape, dtype=np.int64)),), dtype=torch.float32)
+    if isinstance(space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete)) or _is_tuple_of_discrete(
+        space
+    ):
+        return TensorSpec(shape=(len(categorical_sizes(space)),), dtype=torch.int64)
+    raise UnsupportedSpaceError(
+        f"unsupported action space {space!r}; supported: {SUPPORTED_ACTION_SPACES}"
+    )
+
+
+def actions_to_env(actions: np.ndarray, space: gym_spaces.Space) -> list:
+    """Split a batch of policy actions into per-env actions in the form ``env.step`` expects.
+
+    actions: [N, A] (int64 category indices or float32 Box values).
+    Returns a list of N actions: Discrete -> python int; MultiDiscrete -> np int array shaped
+    like ``nvec``; Tuple -> tuple of python ints; Box -> array of the space dtype and shape,
+    clipped to the space bounds.
+    """
+    actions = np.asarray(actions)
+    if actions.ndim != 2:
+        raise ValueError(f"actions must be [N, A], got shape {actions.shape}")
+    if isinstance(space, gym_spaces.Discrete):
+        start = int(space.start)
+        return [int(a) + start for a in actions[:, 0]]
+    if isinstance(space, gym_spaces.MultiDiscrete):
+        start = np.asarray(space.start, dtype=np.int64).reshape(-1)
+        shaped = (actions.astype(np.int64) + start).astype(space.dtype)
+        return [row.reshape(space.nvec.shape) for row in shaped]
+    if _is_tuple_of_discrete(space):
+        starts = [int(s.start) for s in space.spaces]
+        return [tuple(int(a) + s for a, s in zip(row, starts)) for row in actions]
+    if isinstance(space, gym_spaces.Box):
+        low = space.low.reshape(-1)
+        high = space.high.reshape(-1)
+        clipped = np.clip(actions, low, high).astype(space.dtype, copy=False)
+        return [row.reshape(space.shape) for row in clipped]
+    raise UnsupportedSpaceError(
+        f"unsupported action space {space!r}; supported: {SUPPORTED_ACTION_SPACES}"
+    )
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def check_supported(
+    obs_space: gym_spaces.Space, action_space: gym_spaces.Space, env_name: str
+) -> None:
+    """Raise UnsupportedSpaceError (one line naming the env and the space) if unsupported."""
+    try:
+        observation_specs(obs_space)
+    except UnsupportedSpaceError as err:
+        raise UnsupportedSpaceError(f"env {env_name!r}: {err}") from None
+    try:
+        action_spec(action_space)
+    except UnsupportedSpaceError as err:
+        raise UnsupportedSpaceError(f"env {env_name!r}: {err}") from None

@@ -1,0 +1,316 @@
+"""The composed actor-critic loss for "appo", "impala" and "a3c"."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from sampleforge.algo.actor_critic_loss import (
+    ALGORITHMS,
+    LossOutput,
+    LossSettings,
+    actor_critic_loss,
+)
+from sampleforge.algo.gae import gae_advantages, n_step_returns
+from sampleforge.algo.losses import (
+    policy_gradient_loss,
+    ppo_clipped_policy_loss,
+    value_loss,
+)
+from sampleforge.algo.vtrace import vtrace_targets
+
+T, B = 6, 4
+
+SETTINGS = {
+    "appo": LossSettings(algorithm="appo"),
+    "appo_gae": LossSettings(algorithm="appo", with_vtrace=False),
+    "appo_value_clip": LossSettings(algorithm="appo", value_clip=0.2, normalize_advantages=False),
+    "impala": LossSettings(algorithm="impala", with_vtrace=False),
+    "a3c": LossSettings(algorithm="a3c", gae_lambda=1.0),
+    "a3c_value_clip": LossSettings(algorithm="a3c", value_clip=0.5),
+}
+
+
+def make_batch(seed: int = 0, log_ratio_scale: float = 0.3) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    behaviour_log_probs = -torch.rand(T, B, generator=g) * 2.0
+    behaviour_values = torch.randn(T + 1, B, generator=g)
+    return {
+        "log_probs": behaviour_log_probs + log_ratio_scale * torch.randn(T, B, generator=g),
+        "entropy": torch.rand(T, B, generator=g) + 0.5,
+        "values": behaviour_values + 0.2 * torch.randn(T + 1, B, generator=g),
+        "behaviour_log_probs": behaviour_log_probs,
+        "behaviour_values": behaviour_values,
+        "rewards": torch.randn(T, B, generator=g),
+        "dones": (torch.rand(T, B, generator=g) < 0.2).float(),
+    }
+
+
+def run(settings: LossSettings, batch: dict, valids=None) -> tuple[LossOutput, dict]:
+    """Loss plus the gradients w.r.t. the network outputs."""
+    inputs = {k: v.clone() for k, v in batch.items()}
+    for key in ("log_probs", "entropy", "values"):
+        inputs[key].requires_grad_(True)
+    out = actor_critic_loss(settings=settings, valids=valids, **inputs)
+    out.total.backward()
+    grads = {key: inputs[key].grad for key in ("log_probs", "entropy", "values")}
+    return out, grads
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_finite_scalars_and_metrics(name: str) -> None:
+    out, grads = run(SETTINGS[name], make_batch(1))
+    for tensor in (out.total, out.policy_loss, out.value_loss, out.entropy):
+        assert tensor.dim() == 0 and torch.isfinite(tensor)
+    assert out.entropy > 0
+    assert out.total.requires_grad
+    for grad in grads.values():
+        assert grad is not None and torch.isfinite(grad).all()
+    assert set(out.metrics) >= {
+        "approx_kl",
+        "clip_fraction",
+        "mean_advantage",
+        "mean_rho",
+        "explained_variance",
+    }
+    for key, value in out.metrics.items():
+        assert isinstance(value, float) and math.isfinite(value), key
+    assert out.metrics["approx_kl"] >= 0.0
+    assert 0.0 <= out.metrics["clip_fraction"] <= 1.0
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_total_composition(name: str) -> None:
+    settings = SETTINGS[name]
+    out, _ = run(settings, make_batch(2))
+    expected = (
+        out.policy_loss
+        + settings.value_loss_coeff * out.value_loss
+        - settings.entropy_coeff * out.entropy
+    )
+    torch.testing.assert_close(out.total, expected)
+
+
+def test_invalid_algorithm_raises_with_name() -> None:
+    with pytest.raises(ValueError, match="ppo2") as info:
+        LossSettings(algorithm="ppo2")
+    for allowed in ALGORITHMS:
+        assert allowed in str(info.value)
+
+    smuggled = LossSettings(algorithm="appo")
+    object.__setattr__(smuggled, "algorithm", "reinforce")
+    with pytest.raises(ValueError, match="reinforce"):
+        actor_critic_loss(settings=smuggled, **make_batch())
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("gamma", 1.5),
+        ("gae_lambda", -0.1),
+        ("ppo_clip_ratio", 0.0),
+        ("vtrace_c_bar", -1.0),
+        ("value_clip", 0.0),
+    ],
+)
+def test_invalid_settings_raise(field: str, value: float) -> None:
+    with pytest.raises(ValueError, match=field):
+        LossSettings(algorithm="appo", **{field: value})
+
+
+def test_settings_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        SETTINGS["appo"].gamma = 0.5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_masked_entries_do_not_affect_the_loss(name: str) -> None:
+    settings = SETTINGS[name]
+    batch = make_batch(3)
+    valids = torch.ones(T, B)
+    valids[2, 0] = 0.0
+    valids[4:, 1] = 0.0  # trailing padding
+    valids[0, 3] = 0.0
+    valids[3:5, 2] = 0.0
+    invalid = valids == 0
+
+    def wild(key: str, fill: float, where: torch.Tensor = invalid) -> torch.Tensor:
+        return torch.where(where, torch.full_like(batch[key], fill), batch[key])
+
+    changed = dict(batch)
+    changed["log_probs"] = wild("log_probs", 1e4)
+    changed["behaviour_log_probs"] = wild("behaviour_log_probs", -1e4)
+    changed["entropy"] = wild("entropy", 1e6)
+    changed["rewards"] = wild("rewards", math.inf)
+    changed["dones"] = torch.where(invalid, 1.0 - batch["dones"], batch["dones"])
+    # V(x_t) of a masked step still bootstraps the valid step before it (x_t is a genuine
+    # observation), so values may only change where no valid step precedes.
+    not_bootstrap = invalid & torch.cat([torch.ones(1, B, dtype=torch.bool), invalid[:-1]])
+    no_bootstrap_rows = torch.cat([not_bootstrap, torch.zeros(1, B, dtype=torch.bool)])
+    changed["values"] = wild("values", -1e6, no_bootstrap_rows)
+    changed["behaviour_values"] = wild("behaviour_values", 1e6, no_bootstrap_rows)
+    assert no_bootstrap_rows.sum() == 3
+
+    base, base_grads = run(settings, batch, valids)
+    out, grads = run(settings, changed, valids)
+    for attr in ("total", "policy_loss", "value_loss", "entropy"):
+        torch.testing.assert_close(getattr(out, attr), getattr(base, attr))
+    for key in ("approx_kl", "clip_fraction", "mean_rho", "mean_advantage"):
+        assert out.metrics[key] == pytest.approx(base.metrics[key], rel=1e-5, abs=1e-6)
+    for key in ("log_probs", "entropy"):
+        torch.testing.assert_close(grads[key], base_grads[key])
+        assert (grads[key][invalid] == 0).all()
+    torch.testing.assert_close(grads["values"], base_grads["values"])
+
+
+def test_masking_changes_the_loss() -> None:
+    batch = make_batch(4)
+    valids = torch.ones(T, B)
+    valids[:3] = 0.0
+    settings = SETTINGS["appo"]
+    assert not torch.allclose(run(settings, batch)[0].total, run(settings, batch, valids)[0].total)
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+@pytest.mark.parametrize("log_ratio", [50.0, -50.0])
+def test_extreme_log_ratios_finite(name: str, log_ratio: float) -> None:
+    batch = make_batch(5)
+    batch["log_probs"] = batch["behaviour_log_probs"] + log_ratio
+    out, grads = run(SETTINGS[name], batch)
+    assert torch.isfinite(out.total)
+    for grad in grads.values():
+        assert torch.isfinite(grad).all()
+
+
+def _current_values(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    return batch["values"][:-1], batch["values"][-1]
+
+
+@pytest.mark.parametrize("with_vtrace", [True, False])
+def test_impala_uses_vtrace_and_plain_policy_gradient(with_vtrace: bool) -> None:
+    batch = make_batch(6, log_ratio_scale=1.0)
+    settings = LossSettings(
+        algorithm="impala",
+        with_vtrace=with_vtrace,
+        normalize_advantages=False,
+        vtrace_rho_bar=1.2,
+        vtrace_c_bar=0.8,
+    )
+    values, bootstrap = _current_values(batch)
+    vtrace = vtrace_targets(
+        behaviour_log_probs=batch["behaviour_log_probs"],
+        target_log_probs=batch["log_probs"],
+        rewards=batch["rewards"],
+        values=values,
+        bootstrap_value=bootstrap,
+        dones=batch["dones"],
+        gamma=settings.gamma,
+        rho_bar=1.2,
+        c_bar=0.8,
+    )
+    out, _ = run(settings, batch)
+    torch.testing.assert_close(
+        out.policy_loss,
+        policy_gradient_loss(log_probs=batch["log_probs"], advantages=vtrace.pg_advantages),
+    )
+    torch.testing.assert_close(out.value_loss, value_loss(values=values, targets=vtrace.vs))
+
+
+def test_appo_with_vtrace_uses_vtrace_and_clipping() -> None:
+    batch = make_batch(7, log_ratio_scale=1.0)
+    settings = LossSettings(algorithm="appo", normalize_advantages=False, ppo_clip_ratio=0.2)
+    values, bootstrap = _current_values(batch)
+    vtrace = vtrace_targets(
+        behaviour_log_probs=batch["behaviour_log_probs"],
+        target_log_probs=batch["log_probs"],
+        rewards=batch["rewards"],
+        values=values,
+        bootstrap_value=bootstrap,
+        dones=batch["dones"],
+        gamma=settings.gamma,
+    )
+    out, _ = run(settings, batch)
+    expected_policy = ppo_clipped_policy_loss(
+        log_probs=batch["log_probs"],
+        behaviour_log_probs=batch["behaviour_log_probs"],
+        advantages=vtrace.pg_advantages,
+        clip_ratio=0.2,
+    )
+    torch.testing.assert_close(out.policy_loss, expected_policy)
+    torch.testing.assert_close(out.value_loss, value_loss(values=values, targets=vtrace.vs))
+    assert out.metrics["clip_fraction"] > 0.0
+
+
+def test_appo_without_vtrace_uses_gae_on_behaviour_values() -> None:
+    batch = make_batch(8)
+    settings = LossSettings(algorithm="appo", with_vtrace=False, normalize_advantages=False)
+    advantages, returns = gae_advantages(
+        rewards=batch["rewards"],
+        values=batch["behaviour_values"][:-1],
+        bootstrap_value=batch["behaviour_values"][-1],
+        dones=batch["dones"],
+        gamma=settings.gamma,
+        lambda_=settings.gae_lambda,
+    )
+    out, _ = run(settings, batch)
+    expected_policy = ppo_clipped_policy_loss(
+        log_probs=batch["log_probs"],
+        behaviour_log_probs=batch["behaviour_log_probs"],
+        advantages=advantages,
+        clip_ratio=settings.ppo_clip_ratio,
+    )
+    torch.testing.assert_close(out.policy_loss, expected_policy)
+    torch.testing.assert_close(
+        out.value_loss, value_loss(values=batch["values"][:-1], targets=returns)
+    )
+
+
+def test_a3c_uses_n_step_returns_from_current_values_without_importance_weights() -> None:
+    batch = make_batch(9, log_ratio_scale=1.0)
+    settings = LossSettings(algorithm="a3c", gae_lambda=1.0, normalize_advantages=False)
+    values, bootstrap = _current_values(batch)
+    returns = n_step_returns(
+        rewards=batch["rewards"],
+        bootstrap_value=bootstrap,
+        dones=batch["dones"],
+        gamma=settings.gamma,
+    )
+    out, _ = run(settings, batch)
+    torch.testing.assert_close(out.value_loss, value_loss(values=values, targets=returns))
+    torch.testing.assert_close(
+        out.policy_loss,
+        policy_gradient_loss(log_probs=batch["log_probs"], advantages=returns - values),
+    )
+    # behaviour quantities play no part (no importance correction, no value clipping)
+    other = dict(
+        batch,
+        behaviour_log_probs=batch["behaviour_log_probs"] - 3.0,
+        behaviour_values=batch["behaviour_values"] + 5.0,
+    )
+    torch.testing.assert_close(run(settings, other)[0].total, out.total)
+
+
+def test_on_policy_metrics() -> None:
+    batch = make_batch(10)
+    batch["log_probs"] = batch["behaviour_log_probs"].clone()
+    out, _ = run(SETTINGS["appo"], batch)
+    assert out.metrics["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert out.metrics["clip_fraction"] == 0.0
+    assert out.metrics["mean_rho"] == pytest.approx(1.0)
+
+
+def test_bootstrap_row_gets_no_gradient() -> None:
+    _, grads = run(SETTINGS["appo"], make_batch(11))
+    assert (grads["values"][-1] == 0).all()
+    assert (grads["values"][:-1] != 0).any()
+
+
+def test_shape_errors() -> None:
+    batch = make_batch()
+    with pytest.raises(ValueError, match="values"):
+        actor_critic_loss(settings=SETTINGS["appo"], **dict(batch, values=batch["values"][:-1]))
+    with pytest.raises(ValueError, match="valids"):
+        actor_critic_loss(settings=SETTINGS["a3c"], valids=torch.ones(T + 1, B), **batch)

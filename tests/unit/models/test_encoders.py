@@ -1,0 +1,116 @@
+"""Unit tests for the observation encoders and make_encoder."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sampleforge.models.encoders import (
+    ConvEncoder,
+    MlpEncoder,
+    MultiInputEncoder,
+    image_layout,
+    make_encoder,
+)
+from sampleforge.spaces import TensorSpec
+
+IMAGE = TensorSpec((3, 40, 48), torch.uint8)
+VECTOR = TensorSpec((6,), torch.float32)
+
+
+def _random_obs(specs: dict[str, TensorSpec], batch: int) -> dict[str, torch.Tensor]:
+    out = {}
+    for key, spec in specs.items():
+        if spec.dtype == torch.uint8:
+            out[key] = torch.randint(0, 256, (batch, *spec.shape), dtype=torch.uint8)
+        else:
+            out[key] = torch.randn(batch, *spec.shape)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("specs", "encoder", "inner_type"),
+    [
+        ({"obs": VECTOR}, "auto", MlpEncoder),
+        ({"obs": IMAGE}, "auto", ConvEncoder),
+        ({"obs": IMAGE}, "mlp", MlpEncoder),
+        ({"obs": TensorSpec((40, 40, 3), torch.float32)}, "conv_simple", ConvEncoder),
+        ({"img": IMAGE, "vec": VECTOR}, "auto", MultiInputEncoder),
+        ({"a": VECTOR, "b": TensorSpec((2, 3), torch.float32)}, "auto", MultiInputEncoder),
+    ],
+)
+def test_make_encoder_picks_and_reports_out_size(specs, encoder, inner_type) -> None:
+    module = make_encoder(specs, encoder, mlp_hidden_sizes=(32, 16))
+    inner = getattr(module, "encoder", module)
+    assert isinstance(inner, inner_type)
+    features = module(_random_obs(specs, batch=3))
+    assert features.shape == (3, module.out_size)
+    assert features.dtype == torch.float32
+
+
+def test_make_encoder_rejects_unknown_names() -> None:
+    with pytest.raises(ValueError, match="auto.*mlp.*conv_simple"):
+        make_encoder({"obs": VECTOR}, "resnet")
+    with pytest.raises(ValueError, match="3-D"):
+        make_encoder({"obs": VECTOR}, "conv_simple")
+    with pytest.raises(ValueError, match="activation"):
+        make_encoder({"obs": VECTOR}, activation="swish")
+
+
+def test_mlp_encoder_sizes() -> None:
+    enc = MlpEncoder(5, hidden_sizes=(8, 4), activation="relu")
+    assert enc.out_size == 4
+    assert enc(torch.randn(2, 5)).shape == (2, 4)
+    assert MlpEncoder(5, hidden_sizes=()).out_size == 5
+
+
+def test_conv_encoder_84x84_output_and_layers() -> None:
+    enc = ConvEncoder((4, 84, 84))
+    convs = [m for m in enc.convs if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (32, (8, 8), (4, 4)),
+        (64, (4, 4), (2, 2)),
+        (128, (3, 3), (2, 2)),
+    ]
+    assert enc.out_size == 512
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    assert enc(x).shape == (2, 512)
+
+
+def test_conv_encoder_scales_uint8_inside_forward() -> None:
+    enc = ConvEncoder((3, 40, 40))
+    x = torch.randint(0, 256, (2, 3, 40, 40), dtype=torch.uint8)
+    torch.testing.assert_close(enc(x), enc(x.float() / 255.0))
+
+
+def test_image_layout_rule() -> None:
+    assert image_layout((4, 84, 84)) == "CHW"
+    assert image_layout((3, 72, 128)) == "CHW"
+    assert image_layout((84, 84, 4)) == "HWC"
+    assert image_layout((72, 128, 3)) == "HWC"
+    assert image_layout((3, 3, 3)) == "CHW"  # ambiguous: channels-first wins
+
+
+def test_hwc_images_are_transposed_inside_forward() -> None:
+    chw = ConvEncoder((3, 40, 48))
+    hwc = ConvEncoder((40, 48, 3))
+    hwc.load_state_dict(chw.state_dict())  # same layer sizes, so weights are interchangeable
+    x = torch.randint(0, 256, (2, 3, 40, 48), dtype=torch.uint8)
+    torch.testing.assert_close(hwc(x.permute(0, 2, 3, 1)), chw(x))
+
+
+def test_conv_encoder_rejects_too_small_images() -> None:
+    with pytest.raises(ValueError, match="too small"):
+        ConvEncoder((3, 20, 20))
+
+
+def test_multi_input_encoder_uses_every_key() -> None:
+    specs = {"img": IMAGE, "vec": VECTOR}
+    enc = make_encoder(specs)
+    assert enc.image_keys == ["img"] and enc.vector_keys == ["vec"]
+    obs = _random_obs(specs, batch=2)
+    base = enc(obs)
+    for key in specs:
+        changed = dict(obs)
+        changed[key] = torch.zeros_like(obs[key])
+        assert not torch.allclose(enc(changed), base), key

@@ -1,0 +1,146 @@
+"""Unit tests for sampleforge.spaces: specs, observation/action conversion, validation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces as gs
+
+from sampleforge.spaces import (
+    TensorSpec,
+    UnsupportedSpaceError,
+    action_spec,
+    actions_to_env,
+    categorical_sizes,
+    check_supported,
+    observation_specs,
+    observation_to_dict,
+)
+
+VECTOR_BOX = gs.Box(-1.0, 1.0, (5,), np.float32)
+
+
+def test_box_observation_specs_keep_uint8_and_cast_rest_to_float32() -> None:
+    img = gs.Box(0, 255, (4, 84, 84), np.uint8)
+    assert observation_specs(img) == {"obs": TensorSpec((4, 84, 84), torch.uint8)}
+    f64 = gs.Box(-1.0, 1.0, (3, 2), np.float64)
+    assert observation_specs(f64) == {"obs": TensorSpec((3, 2), torch.float32)}
+
+
+def test_dict_observation_specs_sorted_keys() -> None:
+    space = gs.Dict({"vec": VECTOR_BOX, "img": gs.Box(0, 255, (3, 8, 8), np.uint8)})
+    specs = observation_specs(space)
+    assert list(specs) == ["img", "vec"]
+    assert specs["img"] == TensorSpec((3, 8, 8), torch.uint8)
+    assert specs["vec"] == TensorSpec((5,), torch.float32)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        gs.Discrete(3),
+        gs.Text(5),
+        gs.Dict({"a": gs.Discrete(2)}),
+        gs.Tuple((VECTOR_BOX,)),
+    ],
+)
+def test_unsupported_observation_spaces_raise(space) -> None:
+    with pytest.raises(UnsupportedSpaceError, match="supported"):
+        observation_specs(space)
+
+
+def test_observation_to_dict_wraps_and_casts() -> None:
+    obs = observation_to_dict(np.zeros(5, np.float64), VECTOR_BOX)
+    assert list(obs) == ["obs"] and obs["obs"].dtype == np.float32
+    space = gs.Dict({"b": VECTOR_BOX, "a": gs.Box(0, 255, (2, 2), np.uint8)})
+    obs = observation_to_dict(space.sample(), space)
+    assert list(obs) == ["a", "b"]
+    assert obs["a"].dtype == np.uint8 and obs["b"].shape == (5,)
+
+
+@pytest.mark.parametrize(
+    ("space", "expected"),
+    [
+        (gs.Discrete(4), TensorSpec((1,), torch.int64)),
+        (gs.MultiDiscrete([3, 3, 2]), TensorSpec((3,), torch.int64)),
+        (gs.Tuple((gs.Discrete(3), gs.Discrete(21))), TensorSpec((2,), torch.int64)),
+        (gs.Box(-1.0, 1.0, (2,)), TensorSpec((2,), torch.float32)),
+        (gs.Box(-1.0, 1.0, (2, 3)), TensorSpec((6,), torch.float32)),
+    ],
+)
+def test_action_spec(space, expected: TensorSpec) -> None:
+    assert action_spec(space) == expected
+
+
+def test_categorical_sizes() -> None:
+    assert categorical_sizes(gs.Discrete(4)) == (4,)
+    assert categorical_sizes(gs.MultiDiscrete([3, 3, 2])) == (3, 3, 2)
+    assert categorical_sizes(gs.Tuple((gs.Discrete(3), gs.Discrete(21)))) == (3, 21)
+
+
+@pytest.mark.parametrize(
+    "space",
+    [gs.Text(5), gs.Tuple((gs.Discrete(2), VECTOR_BOX)), gs.MultiBinary(3), gs.Tuple(())],
+)
+def test_unsupported_action_spaces_raise(space) -> None:
+    with pytest.raises(UnsupportedSpaceError):
+        action_spec(space)
+
+
+def test_actions_to_env_discrete_forms() -> None:
+    out = actions_to_env(np.array([[2], [0]]), gs.Discrete(4))
+    assert out == [2, 0] and all(type(a) is int for a in out)
+    assert actions_to_env(np.array([[1]]), gs.Discrete(4, start=-1)) == [0]
+
+    md = actions_to_env(np.array([[2, 0, 1]]), gs.MultiDiscrete([3, 3, 2]))
+    assert isinstance(md[0], np.ndarray) and md[0].tolist() == [2, 0, 1]
+    assert gs.MultiDiscrete([3, 3, 2]).contains(md[0])
+
+    tup_space = gs.Tuple((gs.Discrete(3), gs.Discrete(21)))
+    tup = actions_to_env(np.array([[1, 20], [0, 3]]), tup_space)
+    assert tup == [(1, 20), (0, 3)] and all(type(a) is int for a in tup[0])
+    assert tup_space.contains(tup[0])
+
+
+def test_actions_to_env_box_clips_and_reshapes() -> None:
+    low = np.array([[-1.0, 0.0], [-2.0, 0.0]], np.float32)
+    high = np.array([[1.0, 0.5], [2.0, 3.0]], np.float32)
+    space = gs.Box(low, high, dtype=np.float32)
+    actions = np.array([[5.0, -5.0, 0.1, 9.0]], np.float32)
+    (out,) = actions_to_env(actions, space)
+    assert out.shape == (2, 2) and out.dtype == np.float32
+    np.testing.assert_allclose(out, [[1.0, 0.0], [0.1, 3.0]], rtol=1e-6)
+    assert space.contains(out)
+
+
+def test_check_supported_accepts_supported_pairs() -> None:
+    check_supported(VECTOR_BOX, gs.Discrete(2), "CartPole-v1")
+    check_supported(gs.Dict({"x": VECTOR_BOX}), gs.Box(-1, 1, (2,)), "dict-env")
+
+
+@pytest.mark.parametrize(
+    "action_space",
+    [gs.Text(5), gs.Graph(gs.Box(-1, 1, (2,)), None), gs.Sequence(gs.Discrete(2))],
+)
+def test_check_supported_names_env_and_action_space(action_space) -> None:
+    with pytest.raises(UnsupportedSpaceError) as info:
+        check_supported(VECTOR_BOX, action_space, "MyEnv-v0")
+    message = str(info.value)
+    assert message.startswith("env 'MyEnv-v0': unsupported action space ")
+    assert type(action_space).__name__ in message
+    assert message.endswith("supported: Discrete, MultiDiscrete, Tuple(Discrete...), Box")
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "obs_space",
+    [gs.Text(5), gs.Graph(gs.Box(-1, 1, (2,)), None), gs.Sequence(VECTOR_BOX)],
+)
+def test_check_supported_names_env_and_observation_space(obs_space) -> None:
+    with pytest.raises(UnsupportedSpaceError) as info:
+        check_supported(obs_space, gs.Discrete(2), "MyEnv-v0")
+    message = str(info.value)
+    assert message.startswith("env 'MyEnv-v0': unsupported observation space ")
+    assert type(obs_space).__name__ in message
+    assert "\n" not in message
