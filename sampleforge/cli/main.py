@@ -36,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before the runner took over signal handling
+        print("sampleforge: interrupted", file=sys.stderr)
+        return 130
     return 2
 
 

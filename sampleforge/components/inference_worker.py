@@ -22,8 +22,14 @@ import torch
 
 from sampleforge.buffers.shared_weights import SharedPolicyWeights
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
-from sampleforge.comms.messages import (ActionsReady, InferenceReport, InferenceRequested, Pause,
-                                        Resume, Stop)
+from sampleforge.comms.messages import (
+    ActionsReady,
+    InferenceReport,
+    InferenceRequested,
+    Pause,
+    Resume,
+    Stop,
+)
 from sampleforge.comms.queues import receive, send_many
 
 REPORT_EVERY_SEC = 1.0
@@ -35,8 +41,11 @@ class InferenceWorker:
     def __init__(self, *, policy_id: int, index: int,
                  model_factory: Callable[[], torch.nn.Module],
                  buffer: SharedTrajectoryBuffer, weights: SharedPolicyWeights, request_queue,
-                 control_queue, rollout_inboxes: list, report_queue, device: torch.device):
+                 control_queue, rollout_inboxes: list, report_queue, device: torch.device,
+                 seed: int | None = None):
         self.name = f"inference_worker_p{policy_id}_{index}"
+        if seed is not None:  # action sampling differs per worker, repeatably
+            torch.manual_seed(seed + 1000 * (policy_id + 1) + index)
         self.policy_id = policy_id
         self.model = model_factory().to(device).eval()
         self.buffer = buffer

@@ -33,6 +33,12 @@ def loss_settings(cfg: Config) -> LossSettings:
                         normalize_advantages=cfg.normalize_advantages)
 
 
+def _lag_stats(lags: torch.Tensor, max_policy_lag: int) -> dict[str, float]:
+    return {"policy_lag/min": float(lags.min()), "policy_lag/mean": float(lags.mean()),
+            "policy_lag/max": float(lags.max()),
+            "learner/dropped_stale_fraction": float((lags > max_policy_lag).float().mean())}
+
+
 class Learner:
     """Model, optimizer and SGD for one policy; see the module docstring."""
 
@@ -53,28 +59,30 @@ class Learner:
     # --- training -------------------------------------------------------------------------------
     def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
         """`num_epochs` passes of minibatch SGD over `data`; returns averaged statistics."""
-        lags = (self.policy_version - data.policy_versions[:-1]).float()
-        valids = (lags <= self.cfg.max_policy_lag).float()
         if self.cfg.normalize_obs:
             self.model.update_normalizer({k: v[:-1].flatten(0, 1) for k, v in data.obs.items()})
         self._set_learning_rate()
         per_minibatch = self.cfg.batch_size // self.cfg.rollout
         totals: dict[str, float] = {}
         steps = 0
+        lag_min, lag_max = math.inf, -math.inf
         for _ in range(self.cfg.num_epochs):
             order = torch.randperm(data.num_trajectories, device=self.device)
             for start in range(0, data.num_trajectories - per_minibatch + 1, per_minibatch):
-                index = order[start:start + per_minibatch]
-                stats = self._sgd_step(data.select(index), valids[:, index])
+                batch = data.select(order[start:start + per_minibatch])
+                # Lag as the paper defines it: SGD steps between acting and this update.
+                lags = (self.policy_version - batch.policy_versions[:-1]).float()
+                stats = self._sgd_step(batch, (lags <= self.cfg.max_policy_lag).float())
+                stats.update(_lag_stats(lags, self.cfg.max_policy_lag))
+                lag_min = min(lag_min, stats["policy_lag/min"])
+                lag_max = max(lag_max, stats["policy_lag/max"])
                 on_sgd_step()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
                 steps += 1
         self.env_steps += data.num_trajectories * self.cfg.rollout * self.frameskip
         out = {k: v / max(steps, 1) for k, v in totals.items()}
-        out.update({"policy_lag/min": float(lags.min()), "policy_lag/mean": float(lags.mean()),
-                    "policy_lag/max": float(lags.max()),
-                    "learner/dropped_stale_fraction": float(1.0 - valids.mean()),
+        out.update({"policy_lag/min": lag_min, "policy_lag/max": lag_max,
                     "learner/lr": self.optimizer.param_groups[0]["lr"],
                     "health/skipped_updates": float(self.skipped_updates)})
         return out
@@ -98,13 +106,13 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         grad_norm = self._clip_gradients()
-        if not (math.isfinite(float(loss.total.detach())) and math.isfinite(grad_norm)):
+        if not (math.isfinite(loss.total.item()) and math.isfinite(grad_norm)):
             self.skipped_updates += 1  # parameters and optimizer state stay untouched
             return {"health/non_finite_updates": 1.0}
         self.optimizer.step()
         self.policy_version += 1
-        stats = {"losses/total": float(loss.total), "losses/policy": float(loss.policy_loss),
-                 "losses/value": float(loss.value_loss), "losses/entropy": float(loss.entropy),
+        stats = {"losses/total": loss.total.item(), "losses/policy": loss.policy_loss.item(),
+                 "losses/value": loss.value_loss.item(), "losses/entropy": loss.entropy.item(),
                  "learner/grad_norm": grad_norm}
         stats.update({f"learner/{k}": float(v) for k, v in loss.metrics.items()})
         return stats

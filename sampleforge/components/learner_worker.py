@@ -20,8 +20,16 @@ import torch
 from sampleforge.buffers.shared_weights import SharedPolicyWeights
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import CheckpointStore
-from sampleforge.comms.messages import (CheckpointSaved, LoadWeights, Pause, Resume,
-                                        SaveCheckpoint, Stop, TrainingReport, TrajectoryReady)
+from sampleforge.comms.messages import (
+    CheckpointSaved,
+    LoadWeights,
+    Pause,
+    Resume,
+    SaveCheckpoint,
+    Stop,
+    TrainingReport,
+    TrajectoryReady,
+)
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.batcher import Batcher
 from sampleforge.components.learner import Learner
@@ -42,6 +50,8 @@ class LearnerWorker:
         self.report_queue = report_queue
         self.weights = weights
         self.running = True
+        if cfg.seed is not None:
+            torch.manual_seed(cfg.seed)  # same initial weights for the same seed
         self.learner = Learner(cfg, observation_space, action_space, device, frameskip)
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
         if resume:

@@ -16,15 +16,23 @@ Must not: import models or learning code, or block on anything but its inbox.
 from __future__ import annotations
 
 import time
-from queue import Empty
 from dataclasses import dataclass, field
+from queue import Empty
 
 import gymnasium as gym
 import numpy as np
 
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
-from sampleforge.comms.messages import (ActionsReady, EpisodesFinished, InferenceRequested,
-                                        Pause, Resume, SamplerReport, Stop, TrajectoryReady)
+from sampleforge.comms.messages import (
+    ActionsReady,
+    EpisodesFinished,
+    InferenceRequested,
+    Pause,
+    Resume,
+    SamplerReport,
+    Stop,
+    TrajectoryReady,
+)
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.envs.registry import EnvContext, EnvSpec, env_seed, make_env
 from sampleforge.spaces import actions_to_env, observation_to_dict

@@ -27,17 +27,34 @@ from typing import Optional
 import torch
 
 from sampleforge.comms.hosts import InlineHost, ProcessHost
-from sampleforge.comms.messages import (CheckpointSaved, ComponentFailed, ComponentStarted,
-                                        ComponentStopped, EpisodesFinished, InferenceReport,
-                                        Pause, Resume, SamplerReport, SaveCheckpoint, Stop,
-                                        TrainingReport)
+from sampleforge.comms.messages import (
+    CheckpointSaved,
+    ComponentFailed,
+    ComponentStarted,
+    ComponentStopped,
+    EpisodesFinished,
+    InferenceReport,
+    Pause,
+    Resume,
+    SamplerReport,
+    SaveCheckpoint,
+    Stop,
+    TrainingReport,
+)
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.experiment import prepare_experiment
 from sampleforge.components.wiring import wire
 from sampleforge.config import Config, validate_config
 from sampleforge.envs.registry import env_info, resolve_env
-from sampleforge.telemetry import (EpisodeStatsWindow, FpsMeter, MetricsWriter, ProgressBar,
-                                   RunSummary, format_status_line, write_summary)
+from sampleforge.telemetry import (
+    EpisodeStatsWindow,
+    FpsMeter,
+    MetricsWriter,
+    ProgressBar,
+    RunSummary,
+    format_status_line,
+    write_summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +115,8 @@ class Runner:
         self._stop_signal: Optional[int] = None
         self._last_checkpoint: Optional[CheckpointSaved] = None
         self._closed = False
+        self._all_started = False
+        self._restore_signals = lambda: None
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -106,6 +125,7 @@ class Runner:
         host_type = InlineHost if self.cfg.serial_mode else ProcessHost
         self.host = host_type(self.wiring.report_queue)
         self.writer = MetricsWriter(self.exp.path, tensorboard=self.cfg.tensorboard)
+        self._restore_signals = self._install_signal_handlers()
         try:
             for spec in self.wiring.specs:  # learner first: it publishes the initial weights
                 self.host.start(spec)
@@ -117,7 +137,7 @@ class Runner:
     def _wait_started(self) -> None:
         pending = {spec.name for spec in self.wiring.specs}
         deadline = time.monotonic() + START_TIMEOUT_SEC
-        while pending:
+        while pending and self._stop_signal is None:
             if time.monotonic() > deadline:
                 raise TrainingError(f"components did not start within {START_TIMEOUT_SEC:.0f} s: "
                                     f"{', '.join(sorted(pending))}")
@@ -128,25 +148,27 @@ class Runner:
                 else:
                     self._on_report(msg)
             self._check_processes()
+        self._all_started = not pending
 
     def train(self, until_env_steps: Optional[int] = None,
               seconds: Optional[float] = None) -> RunSummary:
         """Train until `until_env_steps` total env steps (default: cfg.train_for_env_steps),
         `seconds` (default: cfg.train_for_seconds) or the return target; then pause."""
+        started = time.monotonic()
         if self.host is None:
             self.start()
         target = until_env_steps or self.cfg.train_for_env_steps
         seconds = self.cfg.train_for_seconds if seconds is None else seconds
-        started = time.monotonic()
         steps_at_start = self.progress.total_env_steps
+        if self._stop_signal is not None and not self._all_started:
+            # Interrupted while starting: nothing was trained, the previous checkpoint stands.
+            return self._summary("interrupted", time.monotonic() - started, steps_at_start)
         self.fps = FpsMeter()
         bar = ProgressBar(target, initial=steps_at_start)
         self._broadcast_to_rollout(Resume())
-        restore = self._install_signal_handlers()
         try:
             reason = self._loop(target, seconds, started, bar)
         finally:
-            restore()
             bar.close()
         self._broadcast_to_rollout(Pause())
         self._save_checkpoint(final=True)
@@ -169,6 +191,7 @@ class Runner:
             log.warning("had to terminate components that did not stop: %s", ", ".join(forced))
         if self.writer is not None:
             self.writer.close()
+        self._restore_signals()
         self.wiring = None
 
     def __enter__(self) -> "Runner":
@@ -306,7 +329,8 @@ class Runner:
             send_many(inbox, [msg])
 
     def _install_signal_handlers(self):
-        """SIGINT/SIGTERM end `train` cleanly; a second SIGINT kills everything now."""
+        """From start to close, SIGINT/SIGTERM end `train` cleanly; a second SIGINT kills
+        every child and exits at once."""
         if not _in_main_thread():
             return lambda: None
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}

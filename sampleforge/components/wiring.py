@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 import torch
 
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
-from sampleforge.buffers.trajectory_buffer import (SharedTrajectoryBuffer, TrajectoryLayout,
-                                                   slots_needed)
+from sampleforge.buffers.trajectory_buffer import (
+    SharedTrajectoryBuffer,
+    TrajectoryLayout,
+    slots_needed,
+)
 from sampleforge.comms.hosts import ComponentSpec
 from sampleforge.comms.queues import make_queue, send_many
 from sampleforge.components.experiment import ExperimentDir
@@ -105,7 +108,7 @@ def _inference_spec(cfg: Config, p: int, i: int, env: EnvInfo, device: torch.dev
         policy_id=p, index=i, model_factory=factory, buffer=wiring.buffers[p],
         weights=wiring.weights[p], request_queue=wiring.inference_queues[p],
         control_queue=control, rollout_inboxes=wiring.rollout_inboxes,
-        report_queue=wiring.report_queue, device=device), control_queue=control)
+        report_queue=wiring.report_queue, device=device, seed=cfg.seed), control_queue=control)
 
 
 def _rollout_spec(cfg: Config, w: int, env_spec: EnvSpec, env: EnvInfo,

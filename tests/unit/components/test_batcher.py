@@ -1,0 +1,171 @@
+"""Unit tests for the Batcher: finished slots -> time-major datasets (components/batcher.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
+from sampleforge.comms.messages import TrajectoryReady
+from sampleforge.comms.queues import make_queue, receive
+from sampleforge.components.batcher import Batcher, Dataset
+from sampleforge.spaces import TensorSpec
+
+T = 4
+ROWS = 3
+SLOTS = 5
+RNN = 2
+CPU = torch.device("cpu")
+
+
+def _value(slot: int, step, row) -> torch.Tensor:
+    """A value unique to (slot, step, row)."""
+    return 1000.0 * (slot + 1) + 10.0 * step + row
+
+
+@pytest.fixture
+def buffer() -> SharedTrajectoryBuffer:
+    layout = TrajectoryLayout(
+        obs_specs={"img": TensorSpec((2, 2), torch.uint8), "vec": TensorSpec((3,), torch.float32)},
+        action_spec=TensorSpec((2,), torch.int64), rnn_state_size=RNN, rollout=T,
+        rows_per_slot=ROWS, num_slots=SLOTS)
+    buf = SharedTrajectoryBuffer(layout)
+    steps = torch.arange(T + 1).view(T + 1, 1)
+    rows = torch.arange(ROWS).view(1, ROWS)
+    for s in range(SLOTS):
+        v = _value(s, steps, rows)  # [T + 1, ROWS]
+        buf.rewards[s] = v
+        buf.dones[s] = v + 0.1
+        buf.log_probs[s] = -v
+        buf.values[s] = v + 0.5
+        buf.policy_versions[s] = v.long()
+        buf.actions[s] = torch.stack([v.long(), -v.long()], dim=-1)
+        buf.rnn_states[s] = v.unsqueeze(-1).expand(T + 1, ROWS, RNN) + torch.arange(RNN)
+        buf.obs["vec"][s] = v.unsqueeze(-1) + torch.arange(3)
+        buf.obs["img"][s] = (10 * s + steps + rows).to(torch.uint8).view(T + 1, ROWS, 1, 1)
+    return buf
+
+
+@pytest.fixture
+def free_slots():
+    q = make_queue(1 << 16)
+    yield q
+    q.close()
+
+
+def _msg(slot: int, rows: int = ROWS) -> TrajectoryReady:
+    return TrajectoryReady(policy_id=0, slot=slot, num_rows=rows, worker=slot % 2)
+
+
+def _expected_columns(buffer, arrivals):
+    """(slot, row) per dataset column, in arrival order."""
+    return [(slot, row) for slot, rows in arrivals for row in range(rows)]
+
+
+def _check_columns(dataset: Dataset, buffer: SharedTrajectoryBuffer, columns) -> None:
+    for col, (slot, row) in enumerate(columns):
+        for name, src in buffer.fields().items():
+            got = (dataset.obs[name.removeprefix("obs.")] if name.startswith("obs.")
+                   else getattr(dataset, name))
+            assert torch.equal(got[:, col], src[slot, :, row]), (name, col, slot, row)
+
+
+def test_ready_take_and_slot_return(buffer, free_slots):
+    batcher = Batcher(buffer, free_slots, dataset_trajectories=5, device=CPU)
+    assert not batcher.ready()
+    batcher.add(_msg(slot=3))
+    assert batcher.filled == 3 and not batcher.ready()
+    batcher.add(_msg(slot=1, rows=2))
+    assert batcher.filled == 5 and batcher.ready()
+
+    dataset = batcher.take()
+    assert dataset.num_trajectories == 5
+    assert dataset.rewards.shape == (T + 1, 5)
+    assert dataset.actions.shape == (T + 1, 5, 2)
+    assert dataset.rnn_states.shape == (T + 1, 5, RNN)
+    assert dataset.obs["vec"].shape == (T + 1, 5, 3)
+    assert dataset.obs["img"].shape == (T + 1, 5, 2, 2)
+    assert dataset.obs["img"].dtype == torch.uint8
+    assert dataset.policy_versions.dtype == torch.int64
+    assert set(dataset.obs) == {"img", "vec"}
+    _check_columns(dataset, buffer, _expected_columns(buffer, [(3, 3), (1, 2)]))
+
+    # slots went back to the free list at once, in the order they were copied
+    assert receive(free_slots, timeout=1.0) == [3, 1]
+
+
+def test_dataset_is_a_copy_not_a_view_of_the_slot(buffer, free_slots):
+    batcher = Batcher(buffer, free_slots, dataset_trajectories=3, device=CPU)
+    batcher.add(_msg(slot=0))
+    expected = buffer.rewards[0].clone()
+    buffer.rewards[0].fill_(-5.0)  # a rollout worker reuses the slot
+    assert torch.equal(batcher.take().rewards, expected)
+
+
+def test_consume_keeps_extra_rows_for_next_dataset(buffer, free_slots):
+    batcher = Batcher(buffer, free_slots, dataset_trajectories=4, device=CPU)
+    batcher.add(_msg(slot=2))          # 3 rows
+    assert not batcher.ready()
+    batcher.add(_msg(slot=0))          # 3 more: 6 >= 4, two rows are extra
+    assert batcher.ready() and batcher.filled == 6
+    first = batcher.take()
+    _check_columns(first, buffer, [(2, 0), (2, 1), (2, 2), (0, 0)])
+
+    batcher.consume()
+    assert batcher.filled == 2 and not batcher.ready()
+    batcher.add(_msg(slot=4, rows=2))
+    assert batcher.ready() and batcher.filled == 4
+    second = batcher.take()
+    _check_columns(second, buffer, [(0, 1), (0, 2), (4, 0), (4, 1)])
+    batcher.consume()
+    assert batcher.filled == 0 and not batcher.ready()
+    assert receive(free_slots, timeout=1.0) == [2, 0, 4]
+
+
+def test_consume_exact_dataset_leaves_nothing(buffer, free_slots):
+    batcher = Batcher(buffer, free_slots, dataset_trajectories=6, device=CPU)
+    batcher.add(_msg(slot=1))
+    batcher.add(_msg(slot=2))
+    assert batcher.ready()
+    batcher.take()
+    batcher.consume()
+    assert batcher.filled == 0 and not batcher.ready()
+    batcher.add(_msg(slot=3))
+    batcher.add(_msg(slot=4))
+    _check_columns(batcher.take(), buffer, _expected_columns(buffer, [(3, 3), (4, 3)]))
+
+
+def test_many_datasets_in_a_row(buffer, free_slots):
+    """Rows stream through several datasets in exactly their arrival order."""
+    batcher = Batcher(buffer, free_slots, dataset_trajectories=5, device=CPU)
+    arrivals = [(s % SLOTS, 1 + (s % ROWS)) for s in range(12)]
+    order = _expected_columns(buffer, arrivals)
+    seen = []
+    for slot, rows in arrivals:
+        batcher.add(_msg(slot, rows))
+        while batcher.ready():
+            dataset = batcher.take()
+            seen.extend(order[len(seen):len(seen) + 5])
+            _check_columns(dataset, buffer, seen[-5:])
+            batcher.consume()
+    assert len(seen) == (len(order) // 5) * 5
+    assert batcher.filled == len(order) - len(seen)
+    assert receive(free_slots, timeout=1.0) == [slot for slot, _ in arrivals]
+
+
+def test_select_picks_columns(buffer, free_slots):
+    batcher = Batcher(buffer, free_slots, dataset_trajectories=6, device=CPU)
+    batcher.add(_msg(slot=0))
+    batcher.add(_msg(slot=3))
+    dataset = batcher.take()
+    index = torch.tensor([4, 0, 2])
+    mini = dataset.select(index)
+    assert isinstance(mini, Dataset)
+    assert mini.num_trajectories == 3
+    assert set(mini.obs) == set(dataset.obs)
+    for name in ("actions", "rnn_states", "rewards", "dones", "log_probs", "values",
+                 "policy_versions"):
+        assert torch.equal(getattr(mini, name), getattr(dataset, name)[:, index]), name
+    for key in dataset.obs:
+        assert torch.equal(mini.obs[key], dataset.obs[key][:, index]), key
+    _check_columns(mini, buffer, [(3, 1), (0, 0), (0, 2)])
