@@ -21,34 +21,48 @@ def _tensors_of(model: nn.Module) -> list[torch.Tensor]:
     return [p.data for p in model.parameters()] + [b for b in model.buffers()]
 
 
-def model_numel(model: nn.Module) -> int:
-    return sum(t.numel() for t in _tensors_of(model))
+def _split_by_kind(model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(floating-point tensors, the others): integer buffers such as a normaliser's sample
+    count travel as float64, which holds them exactly up to 2**53; float32 would round them."""
+    tensors = _tensors_of(model)
+    return ([t for t in tensors if t.is_floating_point()],
+            [t for t in tensors if not t.is_floating_point()])
+
+
+def model_numel(model: nn.Module) -> tuple[int, int]:
+    """(floating-point elements, other elements) of the model's parameters and buffers."""
+    floats, others = _split_by_kind(model)
+    return sum(t.numel() for t in floats), sum(t.numel() for t in others)
 
 
 class SharedPolicyWeights:
     """A versioned, lock-free snapshot of one policy's weights (see module docstring)."""
 
-    def __init__(self, numel: int, device: torch.device | str = "cpu"):
-        self.flat = torch.zeros(numel, dtype=torch.float32, device=device)
+    def __init__(self, numel: tuple[int, int], device: torch.device | str = "cpu"):
+        float_numel, exact_numel = numel
+        self.flat = torch.zeros(float_numel, dtype=torch.float32, device=device)
+        self.exact = torch.zeros(exact_numel, dtype=torch.float64, device=device)
         if self.flat.device.type == "cpu":
             self.flat.share_memory_()
+            self.exact.share_memory_()
         # [sequence number, policy version]: always host memory, read on every inference batch.
         self.header = torch.zeros(2, dtype=torch.int64).share_memory_()
 
     @property
     def version(self) -> int:
         """Policy version (SGD steps) of the last completed publication; -1 before the first."""
-        return int(self.header[1]) if int(self.header[0]) > 0 else -1
+        return int(self.header[1]) if int(self.header[0]) >= 2 else -1
 
     def publish(self, model: nn.Module, version: int) -> None:
         """Copy `model`'s parameters and buffers in, stamped with `version`. Learner only."""
         self.header[0] += 1  # odd: write in progress
-        offset = 0
         with torch.no_grad():
-            for tensor in _tensors_of(model):
-                n = tensor.numel()
-                self.flat[offset:offset + n].copy_(tensor.reshape(-1), non_blocking=False)
-                offset += n
+            for flat, tensors in zip((self.flat, self.exact), _split_by_kind(model)):
+                offset = 0
+                for tensor in tensors:
+                    n = tensor.numel()
+                    flat[offset:offset + n].copy_(tensor.reshape(-1))
+                    offset += n
             if self.flat.device.type == "cuda":
                 torch.cuda.current_stream(self.flat.device).synchronize()
         self.header[1] = version
@@ -67,18 +81,19 @@ class SharedPolicyWeights:
                 return have_version
             if seq % 2:
                 continue
-            snapshot = self.flat.clone()
+            snapshots = (self.flat.clone(), self.exact.clone())
             if int(self.header[0]) != seq:
                 continue
-            self._unflatten_into(model, snapshot)
+            self._unflatten_into(model, snapshots)
             return version
         return have_version
 
     @staticmethod
-    def _unflatten_into(model: nn.Module, flat: torch.Tensor) -> None:
-        offset = 0
+    def _unflatten_into(model: nn.Module, snapshots: tuple[torch.Tensor, torch.Tensor]) -> None:
         with torch.no_grad():
-            for tensor in _tensors_of(model):
-                n = tensor.numel()
-                tensor.copy_(flat[offset:offset + n].view_as(tensor))
-                offset += n
+            for flat, tensors in zip(snapshots, _split_by_kind(model)):
+                offset = 0
+                for tensor in tensors:
+                    n = tensor.numel()
+                    tensor.copy_(flat[offset:offset + n].view_as(tensor))
+                    offset += n

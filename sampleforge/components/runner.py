@@ -162,7 +162,8 @@ class Runner:
         steps_at_start = self.progress.total_env_steps
         if self._stop_signal is not None and not self._all_started:
             # Interrupted while starting: nothing was trained, the previous checkpoint stands.
-            return self._summary("interrupted", time.monotonic() - started, steps_at_start)
+            return self._summary("interrupted", started, started, steps_at_start)
+        training_started = time.monotonic()
         self.fps = FpsMeter()
         bar = ProgressBar(target, initial=steps_at_start)
         self._broadcast_to_rollout(Resume())
@@ -172,7 +173,7 @@ class Runner:
             bar.close()
         self._broadcast_to_rollout(Pause())
         self._save_checkpoint(final=True)
-        summary = self._summary(reason, time.monotonic() - started, steps_at_start)
+        summary = self._summary(reason, started, training_started, steps_at_start)
         write_summary(self.exp.summary_path, summary)
         return summary
 
@@ -313,11 +314,14 @@ class Runner:
         bar.write(line)
         bar.update_to(p.total_env_steps)
 
-    def _summary(self, reason: str, wall: float, steps_at_start: int) -> RunSummary:
+    def _summary(self, reason: str, started: float, training_started: float,
+                 steps_at_start: int) -> RunSummary:
+        """`wall_seconds` includes starting the processes; `mean_fps` is over training only."""
         p = self.progress
+        now = time.monotonic()
         return RunSummary(
-            env_steps=p.total_env_steps, wall_seconds=wall,
-            mean_fps=(p.total_env_steps - steps_at_start) / max(wall, 1e-9),
+            env_steps=p.total_env_steps, wall_seconds=now - started,
+            mean_fps=(p.total_env_steps - steps_at_start) / max(now - training_started, 1e-9),
             mean_return_last_100=self.episodes.mean_return,
             best_mean_return=self.episodes.best_mean_return,
             mean_policy_lag=p.lag_sum / p.lag_reports if p.lag_reports else None,

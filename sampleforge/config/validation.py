@@ -101,12 +101,17 @@ def _to_int(name: str, value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):
+        text = value.strip().replace("_", "")
         try:
-            as_float = float(value.replace("_", ""))
+            return int(text)  # exact, however large
+        except ValueError:
+            pass
+        try:
+            as_float = float(text)
         except ValueError:
             as_float = math.nan
         if math.isfinite(as_float) and as_float.is_integer():
-            return int(as_float)  # accepts 1e6 and 1_000_000 on the command line
+            return int(as_float)  # accepts 1e6 on the command line
     raise ValueError(f"{name}: expected an integer, got {value!r}")
 
 
@@ -114,7 +119,10 @@ def _to_float(name: str, value: Any) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{name}: expected a number, got {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise ValueError(f"{name}: {value} is too large for a number") from None
     if isinstance(value, str):
         try:
             return float(value)

@@ -30,8 +30,8 @@ class RunSummary:
     - ``env_steps``: total environment steps (agent frames, after frameskip as
       counted by the runner) collected by the end of the run.
     - ``wall_seconds``: wall-clock seconds the run took, from start to stop.
-    - ``mean_fps``: ``env_steps`` collected in this run divided by
-      ``wall_seconds`` (average throughput, environment steps per second).
+    - ``mean_fps``: env steps trained in this run divided by the seconds spent
+      training (after every process had started): average throughput.
     - ``mean_return_last_100``: mean undiscounted return of the last 100
       finished episodes, or null if no episode finished.
     - ``best_mean_return``: highest value the last-100 mean return reached

@@ -11,8 +11,11 @@ import torch
 import torch.multiprocessing as torch_mp
 from gymnasium import spaces as gym_spaces
 
-from sampleforge.buffers.trajectory_buffer import (SharedTrajectoryBuffer, TrajectoryLayout,
-                                                   slots_needed)
+from sampleforge.buffers.trajectory_buffer import (
+    SharedTrajectoryBuffer,
+    TrajectoryLayout,
+    slots_needed,
+)
 from sampleforge.spaces import TensorSpec, action_spec
 
 ROLLOUT = 5

@@ -10,8 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sampleforge.config import (Config, ConfigError, config_fields, config_from_dict,
-                                config_to_dict, make_config, validate_config)
+from sampleforge.config import (
+    Config,
+    ConfigError,
+    config_fields,
+    config_from_dict,
+    config_to_dict,
+    make_config,
+    validate_config,
+)
 from sampleforge.config.cli_args import _GROUP_TITLES, parse_config
 
 
@@ -314,17 +321,11 @@ def test_make_config_returns_config_or_raises_config_error(overrides):
 
 
 # --- known bugs -----------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="BUG: _to_float calls float() on an int too large for a "
-                   "double, which raises OverflowError (not a ValueError), so make_config "
-                   "leaks OverflowError instead of ConfigError")
 def test_huge_int_for_float_field_raises_config_error():
     with pytest.raises(ConfigError, match="learning_rate"):
         make_config(learning_rate=10 ** 400)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _to_int parses integer strings via float(), so "
-                   "integers above 2**53 given as strings (CLI) are silently rounded, while the "
-                   "same int through the Python API is kept exactly")
 def test_large_integer_string_is_exact():
     big = 2 ** 53 + 1
     assert make_config(seed=big).seed == big

@@ -1,0 +1,144 @@
+"""A rollout worker alone, with a scripted stand-in for the inference worker.
+
+Checks the shared-buffer protocol from the worker's side: observations of step t+1 follow the
+action of step t, rewards and dones land at step t, recurrent state is zeroed after an episode
+ends, step T is carried over to the next slot, finished slots reach the learner queue, and
+episode statistics reach the runner.
+"""
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
+from sampleforge.comms.messages import (ActionsReady, EpisodesFinished, InferenceRequested,
+                                        Resume, TrajectoryReady)
+from sampleforge.comms.queues import make_queue, receive, send_many
+from sampleforge.components.rollout_worker import RolloutWorker
+from sampleforge.envs.registry import EnvContext, EnvSpec
+from sampleforge.spaces import action_spec, observation_specs
+
+EPISODE_LENGTHS = (3, 5)  # per env index: episodes end at different times
+
+
+class CountingEnv(gym.Env):
+    """obs = [steps into the episode, last action]; reward = the action; fixed episode length."""
+
+    observation_space = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
+    action_space = gym.spaces.Discrete(4)
+
+    def __init__(self, length: int):
+        self.length = length
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.array([0, -1], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        obs = np.array([self.t, action], np.float32)
+        return obs, float(action), self.t >= self.length, False, {}
+
+
+def make_counting_env(context: EnvContext) -> gym.Env:
+    return CountingEnv(EPISODE_LENGTHS[context.env_index % 2])
+
+
+def _setup(rollout=4, rnn_size=3, num_slots=6):
+    env = CountingEnv(3)
+    layout = TrajectoryLayout(obs_specs=observation_specs(env.observation_space),
+                              action_spec=action_spec(env.action_space), rnn_state_size=rnn_size,
+                              rollout=rollout, rows_per_slot=2, num_slots=num_slots)
+    buffer = SharedTrajectoryBuffer(layout)
+    queues = {name: make_queue() for name in ("inbox", "inference", "learner", "free", "report")}
+    send_many(queues["free"], list(range(num_slots)))
+    worker = RolloutWorker(
+        worker_index=0, env_spec=EnvSpec("counting", make_counting_env), num_envs=4,
+        num_splits=2, buffers={0: buffer}, inbox=queues["inbox"],
+        inference_queues={0: queues["inference"]}, learner_queues={0: queues["learner"]},
+        free_slots={0: queues["free"]}, report_queue=queues["report"], seed=0)
+    return worker, buffer, queues
+
+
+def _answer_requests(buffer, queues, rng) -> list[InferenceRequested]:
+    """Play the inference worker: random actions, h_{t+1} = h_t + 1."""
+    requests = receive(queues["inference"], 0.05)
+    for r in requests:
+        buffer.actions[r.slot, r.step] = torch.from_numpy(rng.integers(0, 4, (2, 1)))
+        buffer.policy_versions[r.slot, r.step] = 7
+        buffer.rnn_states[r.slot, r.step + 1] = buffer.rnn_states[r.slot, r.step] + 1
+    send_many(queues["inbox"], [ActionsReady(r.split, r.step) for r in requests])
+    return requests
+
+
+def test_rollout_worker_fills_slots_by_the_protocol():
+    worker, buffer, queues = _setup()
+    rng = np.random.default_rng(0)
+    send_many(queues["inbox"], [Resume()])
+    finished: list[TrajectoryReady] = []
+    for _ in range(40):
+        worker.poll(0.1)
+        _answer_requests(buffer, queues, rng)
+        finished += [m for m in receive(queues["learner"], 0.0)]
+    worker._maybe_report(force=True)
+    assert len(finished) >= 4  # both splits completed several rollouts
+    T = buffer.rollout
+    for msg in finished:
+        s = msg.slot
+        obs, actions = buffer.obs["obs"][s], buffer.actions[s]
+        for t in range(T):
+            for row in range(msg.num_rows):
+                done = buffer.dones[s, t, row] > 0
+                # The action taken at t is in the observation of t+1 and is the reward.
+                assert buffer.rewards[s, t, row] == actions[t, row, 0]
+                if not done:
+                    assert obs[t + 1, row, 1] == actions[t, row, 0]
+                    assert obs[t + 1, row, 0] == obs[t, row, 0] + 1
+                    assert torch.all(buffer.rnn_states[s, t + 1, row]
+                                     == buffer.rnn_states[s, t, row] + 1)
+                else:  # a new episode: first observation, fresh recurrent state
+                    assert obs[t + 1, row, 0] == 0
+                    assert torch.all(buffer.rnn_states[s, t + 1, row] == 0)
+    # Episodes of different lengths ended inside rollouts.
+    dones = torch.stack([buffer.dones[m.slot, :T] for m in finished])
+    assert dones.sum() > 0
+    reports = [m for m in receive(queues["report"], 0.5) if isinstance(m, EpisodesFinished)]
+    lengths = {length for r in reports for length in r.lengths}
+    assert lengths == set(EPISODE_LENGTHS)
+
+
+def test_step_T_is_carried_to_the_next_slot():
+    worker, buffer, queues = _setup(rollout=4)
+    rng = np.random.default_rng(1)
+    send_many(queues["inbox"], [Resume()])
+    requests_by_split: dict[int, list[InferenceRequested]] = {0: [], 1: []}
+    for _ in range(12):
+        worker.poll(0.1)
+        for r in _answer_requests(buffer, queues, rng):
+            requests_by_split[r.split].append(r)
+    for requests in requests_by_split.values():
+        first_of_next = [r for r in requests if r.step == 0][1:]
+        last_steps = [r for r in requests if r.step == buffer.rollout - 1]
+        assert first_of_next, "no second rollout started"
+        for prev, nxt in zip(last_steps, first_of_next):
+            assert prev.slot != nxt.slot
+            assert torch.equal(buffer.obs["obs"][prev.slot, -1], buffer.obs["obs"][nxt.slot, 0])
+            assert torch.equal(buffer.rnn_states[prev.slot, -1], buffer.rnn_states[nxt.slot, 0])
+
+
+def test_worker_waits_for_a_free_slot_instead_of_overwriting():
+    # 2 slots only: both splits hold one; finished rollouts cannot start new ones until the
+    # learner gives a slot back.
+    worker, buffer, queues = _setup(rollout=2, num_slots=2)
+    rng = np.random.default_rng(2)
+    send_many(queues["inbox"], [Resume()])
+    for _ in range(10):
+        worker.poll(0.05)
+        _answer_requests(buffer, queues, rng)
+    finished = receive(queues["learner"], 0.0)
+    assert len(finished) == 2  # one per split, then both park
+    assert all(s.slot == -1 for s in worker.splits)
+    send_many(queues["free"], [finished[0].slot])  # the learner releases one
+    worker.poll(0.05)
+    assert sum(s.slot >= 0 for s in worker.splits) == 1
