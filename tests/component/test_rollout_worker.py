@@ -11,8 +11,13 @@ import numpy as np
 import torch
 
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
-from sampleforge.comms.messages import (ActionsReady, EpisodesFinished, InferenceRequested,
-                                        Resume, TrajectoryReady)
+from sampleforge.comms.messages import (
+    ActionsReady,
+    EpisodesFinished,
+    InferenceRequested,
+    Resume,
+    TrajectoryReady,
+)
 from sampleforge.comms.queues import make_queue, receive, send_many
 from sampleforge.components.rollout_worker import RolloutWorker
 from sampleforge.envs.registry import EnvContext, EnvSpec
