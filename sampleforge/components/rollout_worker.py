@@ -140,6 +140,7 @@ class RolloutWorker:
                 self._on_actions_ready(split, msg.step)
         elif isinstance(msg, Pause):
             self.paused = True
+            self._maybe_report(force=True)  # the runner's summary should see every episode
         elif isinstance(msg, Resume):
             self.paused = False
             for split in self.splits:

@@ -173,6 +173,7 @@ class Runner:
             bar.close()
         self._broadcast_to_rollout(Pause())
         self._save_checkpoint(final=True)
+        self._drain_reports(0.2)  # statistics the workers flushed when they paused
         summary = self._summary(reason, started, training_started, steps_at_start)
         write_summary(self.exp.summary_path, summary)
         return summary
@@ -271,6 +272,13 @@ class Runner:
                 self._on_report(msg)
             name, code = next(iter(dead.items()))
             raise TrainingError(f"{name} exited unexpectedly (exit code {code})")
+
+    def _drain_reports(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.host.poll(0.0)
+            for msg in receive(self.wiring.report_queue, 0.0 if self.cfg.serial_mode else 0.02):
+                self._on_report(msg)
 
     # --- checkpoints ----------------------------------------------------------------------------
     def _request_checkpoint(self, final: bool) -> None:
