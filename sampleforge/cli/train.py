@@ -1,0 +1,45 @@
+"""`sampleforge train`: train a policy, resuming the experiment if it exists."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from sampleforge.config import ConfigError
+from sampleforge.config.cli_args import add_config_arguments, config_from_args
+
+HELP = "Train a policy (resumes an existing experiment)."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sampleforge.components.runner import Runner, TrainingError
+    from sampleforge.envs.registry import UnknownEnvError
+    from sampleforge.spaces import UnsupportedSpaceError
+
+    try:
+        cfg = config_from_args(args)
+        runner = Runner(cfg)
+    except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
+        print(f"sampleforge: {e}", file=sys.stderr)
+        return 2
+    try:
+        with runner:
+            summary = runner.train()
+    except TrainingError as e:
+        print(f"sampleforge: training failed: {e}", file=sys.stderr)
+        return 1
+    print(f"stopped because: {summary.stopped_because}; env steps {summary.env_steps:,} in "
+          f"{summary.wall_seconds:.1f} s ({summary.mean_fps:,.0f} FPS); mean return (last 100) "
+          f"{summary.mean_return_last_100}")
+    print(f"experiment folder: {runner.exp.path}  (summary.json, progress.csv, tb/, "
+          f"checkpoints/)")
+    if runner.stop_signal == signal.SIGINT:
+        return 130
+    if runner.stop_signal == signal.SIGTERM:
+        return 143
+    return 0
