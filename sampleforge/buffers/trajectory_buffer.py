@@ -25,7 +25,7 @@ import torch
 from sampleforge.spaces import TensorSpec
 
 # Per-step float fields written by the rollout worker (rewards, dones) or inference (the rest).
-_STEP_FLOAT_FIELDS = ("rewards", "dones", "log_probs", "values")
+_STEP_FLOAT_FIELDS = ("rewards", "dones", "valids", "log_probs", "values")
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,8 @@ class SharedTrajectoryBuffer:
         self.rnn_states = _shared(lead + (layout.rnn_state_size,), torch.float32)
         self.rewards = _shared(lead, torch.float32)
         self.dones = _shared(lead, torch.float32)
+        # 1 for a transition to learn from, 0 for one an env fault spoiled (never trained on).
+        self.valids = _shared(lead, torch.float32)
         self.log_probs = _shared(lead, torch.float32)
         self.values = _shared(lead, torch.float32)
         self.policy_versions = _shared(lead, torch.int64)
@@ -88,7 +90,8 @@ class SharedTrajectoryBuffer:
         """Every tensor, observations as `obs.<key>`."""
         out = {f"obs.{k}": v for k, v in self.obs.items()}
         out.update(actions=self.actions, rnn_states=self.rnn_states, rewards=self.rewards,
-                   dones=self.dones, log_probs=self.log_probs, values=self.values,
+                   dones=self.dones, valids=self.valids, log_probs=self.log_probs,
+                   values=self.values,
                    policy_versions=self.policy_versions)
         return out
 

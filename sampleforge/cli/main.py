@@ -2,6 +2,10 @@
 
     sampleforge train --env CartPole-v1
     sampleforge train --env atari_breakout --num_workers 2 --num_envs_per_worker 16
+    sampleforge enjoy --experiment CartPole-v1 --save_video
+    sampleforge eval --experiment CartPole-v1 --eval_episodes 100
+    sampleforge plot CartPole-v1 --output curves.png
+    sampleforge export --experiment CartPole-v1 --format onnx
 
 Each subcommand module has `HELP`, `add_arguments(parser)` and `run(args) -> exit code`.
 Exit codes: 0 done, 1 a component failed, 2 bad input, 130 Ctrl-C, 143 SIGTERM.
@@ -18,7 +22,7 @@ from typing import Sequence
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import ConfigArgumentParser
 
-SUBCOMMANDS = ("train",)
+SUBCOMMANDS = ("train", "enjoy", "eval", "plot", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

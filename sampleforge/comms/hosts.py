@@ -39,6 +39,10 @@ class ProcessHost:
         self.processes: dict[str, Any] = {}
 
     def start(self, spec: ComponentSpec) -> None:
+        """Start `spec`'s component; a dead process of the same name is reaped and replaced."""
+        old = self.processes.get(spec.name)
+        if old is not None:
+            old.join(1.0)
         process = self._context.Process(
             target=component_main, name=spec.name, daemon=True,
             args=(spec.name, spec.build, spec.kwargs, self.report_queue, os.getpid(),
@@ -58,6 +62,13 @@ class ProcessHost:
 
     def pids(self) -> dict[str, int]:
         return {name: p.pid for name, p in self.processes.items()}
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one component (a hung one: it cannot be asked to stop)."""
+        process = self.processes[name]
+        if process.is_alive():
+            process.kill()
+        process.join(2.0)
 
     def join_all(self, timeout: float) -> list[str]:
         """Wait for every process to exit; SIGTERM then SIGKILL the ones that don't.
@@ -96,6 +107,7 @@ class InlineHost:
         self._failed: dict[str, int] = {}
 
     def start(self, spec: ComponentSpec) -> None:
+        self._failed.pop(spec.name, None)
         try:
             component = spec.build(**spec.kwargs)
         except Exception as e:  # reported like a failing process, so the runner has one path
@@ -121,6 +133,12 @@ class InlineHost:
 
     def pids(self) -> dict[str, int]:
         return {name: os.getpid() for name in self.components}
+
+    def kill(self, name: str) -> None:
+        component = self.components.pop(name)
+        component.running = False
+        component.close()
+        self._failed[name] = -9
 
     def join_all(self, timeout: float) -> list[str]:
         """Let components handle their Stop message, then close them."""

@@ -13,12 +13,17 @@ from typing import NamedTuple, Optional
 
 # --- hot path ---------------------------------------------------------------------------------
 class InferenceRequested(NamedTuple):
-    """Rollout worker -> a policy's inference workers: observations of a slot's step are ready."""
+    """Rollout worker -> a policy's inference workers: observations of a slot's step are ready.
+
+    `generation` identifies the incarnation of the worker; requests of a replaced worker are
+    dropped (see `SamplerLedger`).
+    """
 
     worker: int
     split: int
     slot: int
     step: int
+    generation: int
 
 
 class ActionsReady(NamedTuple):
@@ -46,6 +51,11 @@ class Pause:
 @dataclass(frozen=True)
 class Resume:
     """Continue after Pause."""
+
+
+@dataclass(frozen=True)
+class ResendRequests:
+    """Rollout workers: an inference worker died; ask again for the actions still awaited."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +118,7 @@ class SamplerReport:
     worker: int
     env_frames: int
     timings: dict[str, float] = field(default_factory=dict)
+    env_faults: list[str] = field(default_factory=list)  # one line each, with worker and env id
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ class Dataset:
     rnn_states: torch.Tensor
     rewards: torch.Tensor
     dones: torch.Tensor
+    valids: torch.Tensor
     log_probs: torch.Tensor
     values: torch.Tensor
     policy_versions: torch.Tensor
@@ -43,7 +44,7 @@ class Dataset:
                        **{name: getattr(self, name)[:, index] for name in _PLAIN_FIELDS})
 
 
-_PLAIN_FIELDS = ("actions", "rnn_states", "rewards", "dones", "log_probs", "values",
+_PLAIN_FIELDS = ("actions", "rnn_states", "rewards", "dones", "valids", "log_probs", "values",
                  "policy_versions")
 
 

@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.shared_weights import SharedPolicyWeights
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.comms.messages import (
@@ -40,7 +41,8 @@ class InferenceWorker:
 
     def __init__(self, *, policy_id: int, index: int,
                  model_factory: Callable[[], torch.nn.Module],
-                 buffer: SharedTrajectoryBuffer, weights: SharedPolicyWeights, request_queue,
+                 buffer: SharedTrajectoryBuffer, weights: SharedPolicyWeights,
+                 ledger: SamplerLedger, request_queue,
                  control_queue, rollout_inboxes: list, report_queue, device: torch.device,
                  seed: int | None = None):
         self.name = f"inference_worker_p{policy_id}_{index}"
@@ -50,6 +52,7 @@ class InferenceWorker:
         self.model = model_factory().to(device).eval()
         self.buffer = buffer
         self.weights = weights
+        self.ledger = ledger
         self.request_queue = request_queue
         self.control_queue = control_queue
         self.rollout_inboxes = rollout_inboxes
@@ -66,7 +69,7 @@ class InferenceWorker:
         """Serve every waiting request (waiting up to `timeout` s for the first)."""
         for msg in receive(self.control_queue, 0):
             self._handle_control(msg)
-        requests = receive(self.request_queue, timeout)
+        requests = self._current(receive(self.request_queue, timeout))
         if requests:
             self._serve(requests)
         self._maybe_report()
@@ -79,6 +82,11 @@ class InferenceWorker:
             self.running = False
         elif not isinstance(msg, (Pause, Resume)):  # nothing to pause: requests just stop
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _current(self, requests: list[InferenceRequested]) -> list[InferenceRequested]:
+        """Drop requests of replaced rollout workers: their slots may belong to others now."""
+        generations = self.ledger.generations.tolist()
+        return [r for r in requests if r.generation == generations[r.worker]]
 
     def _serve(self, requests: list[InferenceRequested]) -> None:
         t0 = time.perf_counter()

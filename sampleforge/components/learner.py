@@ -39,6 +39,10 @@ def _lag_stats(lags: torch.Tensor, max_policy_lag: int) -> dict[str, float]:
             "learner/dropped_stale_fraction": float((lags > max_policy_lag).float().mean())}
 
 
+class NonFiniteTrainingError(RuntimeError):
+    """Training kept producing non-finite losses or gradients."""
+
+
 class Learner:
     """Model, optimizer and SGD for one policy; see the module docstring."""
 
@@ -55,6 +59,7 @@ class Learner:
         self.policy_version = 0
         self.env_steps = 0
         self.skipped_updates = 0
+        self.consecutive_skips = 0
 
     # --- training -------------------------------------------------------------------------------
     def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
@@ -72,7 +77,8 @@ class Learner:
                 batch = data.select(order[start:start + per_minibatch])
                 # Lag as the paper defines it: SGD steps between acting and this update.
                 lags = (self.policy_version - batch.policy_versions[:-1]).float()
-                stats = self._sgd_step(batch, (lags <= self.cfg.max_policy_lag).float())
+                valids = batch.valids[:-1] * (lags <= self.cfg.max_policy_lag).float()
+                stats = self._sgd_step(batch, valids)
                 stats.update(_lag_stats(lags, self.cfg.max_policy_lag))
                 lag_min = min(lag_min, stats["policy_lag/min"])
                 lag_max = max(lag_max, stats["policy_lag/max"])
@@ -107,8 +113,9 @@ class Learner:
         loss.total.backward()
         grad_norm = self._clip_gradients()
         if not (math.isfinite(loss.total.item()) and math.isfinite(grad_norm)):
-            self.skipped_updates += 1  # parameters and optimizer state stay untouched
+            self._skip_update()
             return {"health/non_finite_updates": 1.0}
+        self.consecutive_skips = 0
         self.optimizer.step()
         self.policy_version += 1
         stats = {"losses/total": loss.total.item(), "losses/policy": loss.policy_loss.item(),
@@ -116,6 +123,16 @@ class Learner:
                  "learner/grad_norm": grad_norm}
         stats.update({f"learner/{k}": float(v) for k, v in loss.metrics.items()})
         return stats
+
+    def _skip_update(self) -> None:
+        """Leave parameters and optimizer state untouched; fail after too many in a row."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.skipped_updates += 1
+        self.consecutive_skips += 1
+        if self.consecutive_skips >= self.cfg.max_consecutive_skipped_updates:
+            raise NonFiniteTrainingError(
+                f"{self.consecutive_skips} SGD steps in a row had a non-finite loss or gradient "
+                "(each was skipped); check rewards and observations, or lower learning_rate")
 
     def _clip_gradients(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -136,9 +153,29 @@ class Learner:
                 "policy_version": self.policy_version, "env_steps": self.env_steps,
                 "skipped_updates": self.skipped_updates}
 
+    def assert_finite(self) -> None:
+        """Raise if any parameter or optimizer statistic is non-finite (never checkpoint one)."""
+        bad = [name for name, t in self.model.state_dict().items()
+               if t.is_floating_point() and not torch.isfinite(t).all()]
+        for group in self.optimizer.state.values():
+            bad += [k for k, t in group.items()
+                    if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()]
+        if bad:
+            raise NonFiniteTrainingError(f"non-finite values in {', '.join(bad[:5])}; "
+                                         "refusing to write a checkpoint")
+
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as e:
+            raise ValueError(f"checkpoint does not fit this model ({_first_line(e)}); was it "
+                             "written for another env or model config?") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.policy_version = int(state["policy_version"])
         self.env_steps = int(state["env_steps"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
+
+
+def _first_line(error: Exception) -> str:
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return "; ".join(lines[:2])

@@ -107,6 +107,7 @@ class LearnerWorker:
         self.weights.publish(self.learner.model, self.learner.policy_version)
 
     def _save(self, msg: SaveCheckpoint) -> None:
+        self.learner.assert_finite()
         path = self.store.save(self.learner.state_dict(), env_steps=self.learner.env_steps,
                                policy_version=self.learner.policy_version,
                                mean_return=msg.mean_return)

@@ -26,6 +26,7 @@ from typing import Optional
 
 import torch
 
+from sampleforge.comms.eval_messages import EvaluationFinished
 from sampleforge.comms.hosts import InlineHost, ProcessHost
 from sampleforge.comms.messages import (
     CheckpointSaved,
@@ -34,6 +35,7 @@ from sampleforge.comms.messages import (
     ComponentStopped,
     EpisodesFinished,
     InferenceReport,
+    LoadWeights,
     Pause,
     Resume,
     SamplerReport,
@@ -42,7 +44,10 @@ from sampleforge.comms.messages import (
     TrainingReport,
 )
 from sampleforge.comms.queues import receive, send_many
+from sampleforge.components.evaluation_hook import TrainingEvaluation
 from sampleforge.components.experiment import prepare_experiment
+from sampleforge.components.supervisor import ComponentDied, Supervisor
+from sampleforge.components.training_callback import CallbackSchedule, TrainingCallback
 from sampleforge.components.wiring import wire
 from sampleforge.config import Config, validate_config
 from sampleforge.envs.registry import env_info, resolve_env
@@ -55,6 +60,7 @@ from sampleforge.telemetry import (
     format_status_line,
     write_summary,
 )
+from sampleforge.telemetry.status import TrainingStatus
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +116,9 @@ class Runner:
         self.progress = _Progress()
         self.fps = FpsMeter()
         self.host: ProcessHost | InlineHost | None = None
+        self.supervisor: Supervisor | None = None
+        self._training = False
+        self.env_faults = 0
         self.wiring = None
         self.writer: MetricsWriter | None = None
         self._stop_signal: Optional[int] = None
@@ -117,13 +126,20 @@ class Runner:
         self._closed = False
         self._all_started = False
         self._restore_signals = lambda: None
+        self.evaluation: TrainingEvaluation | None = None  # with eval_every_env_steps
+        self._callback: CallbackSchedule | None = None  # set during `train`
+        self._train_call = (0, time.monotonic())  # (env steps, time) when `train` began
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         """Allocate shared memory and queues, start every component, wait until all run."""
         self.wiring = wire(self.cfg, self.env_spec, self.env, self.device, self.exp, self.resume)
+        self.evaluation = TrainingEvaluation.attach(self.cfg, self.env_spec, self.env, self.exp,
+                                                    self.wiring)
         host_type = InlineHost if self.cfg.serial_mode else ProcessHost
         self.host = host_type(self.wiring.report_queue)
+        self.supervisor = Supervisor(cfg=self.cfg, host=self.host, wiring=self.wiring,
+                                     is_training=lambda: self._training)
         self.writer = MetricsWriter(self.exp.path, tensorboard=self.cfg.tensorboard)
         self._restore_signals = self._install_signal_handlers()
         try:
@@ -151,26 +167,37 @@ class Runner:
         self._all_started = not pending
 
     def train(self, until_env_steps: Optional[int] = None,
-              seconds: Optional[float] = None) -> RunSummary:
+              seconds: Optional[float] = None, callback: Optional[TrainingCallback] = None,
+              callback_every_env_steps: Optional[int] = None) -> RunSummary:
         """Train until `until_env_steps` total env steps (default: cfg.train_for_env_steps),
-        `seconds` (default: cfg.train_for_seconds) or the return target; then pause."""
+        `seconds` (default: cfg.train_for_seconds) or the return target; then pause.
+
+        `callback(status)` runs in this loop after every learner iteration, or every
+        `callback_every_env_steps` env steps; returning False stops training
+        (`stopped_because == "callback"`). Its exceptions propagate."""
         started = time.monotonic()
         if self.host is None:
             self.start()
         target = until_env_steps or self.cfg.train_for_env_steps
         seconds = self.cfg.train_for_seconds if seconds is None else seconds
         steps_at_start = self.progress.total_env_steps
+        self._train_call = (steps_at_start, started)
+        self._callback = None if callback is None else CallbackSchedule(
+            callback, every_env_steps=callback_every_env_steps, env_steps=steps_at_start,
+            training_reports=self.progress.lag_reports)
         if self._stop_signal is not None and not self._all_started:
             # Interrupted while starting: nothing was trained, the previous checkpoint stands.
             return self._summary("interrupted", started, started, steps_at_start)
         training_started = time.monotonic()
         self.fps = FpsMeter()
         bar = ProgressBar(target, initial=steps_at_start)
+        self._training = True
         self._broadcast_to_rollout(Resume())
         try:
             reason = self._loop(target, seconds, started, bar)
         finally:
             bar.close()
+            self._training = False
         self._broadcast_to_rollout(Pause())
         self._save_checkpoint(final=True)
         self._drain_reports(0.2)  # statistics the workers flushed when they paused
@@ -210,8 +237,10 @@ class Runner:
             for msg in receive(self.wiring.report_queue, 0.0):
                 self._on_report(msg)
             self._check_processes()
+            if self.evaluation is not None:
+                self.evaluation.maybe_request(self.progress.total_env_steps)
             now = time.monotonic()
-            reason = self._stop_reason(target, seconds, now - started)
+            reason = self._stop_reason(target, seconds, now - started) or self._callback_stop()
             if reason:
                 self._report_status(bar, target)
                 return reason
@@ -235,10 +264,32 @@ class Runner:
             return "stop_at_mean_return"
         return ""
 
+    def _callback_stop(self) -> str:
+        """"callback" if the training callback is due and asks to stop, else ""."""
+        p = self.progress
+        if self._callback is None or not self._callback.due(p.total_env_steps, p.lag_reports):
+            return ""
+        return "callback" if self._callback.wants_stop(self.status()) else ""
+
+    def status(self) -> TrainingStatus:
+        """The run's current statistics (what a training callback receives)."""
+        p = self.progress
+        steps_at_start, started = self._train_call
+        return TrainingStatus(
+            env_steps=p.total_env_steps, env_steps_this_call=p.total_env_steps - steps_at_start,
+            seconds_this_call=time.monotonic() - started,
+            policy_versions=dict(p.policy_version), mean_return=self.episodes.mean_return,
+            mean_length=self.episodes.mean_length, episodes=self.episodes.total_episodes,
+            fps=self.fps.fps(10), policy_lag=None if p.lag is None else p.lag[1],
+            learner_stats=dict(p.last_stats))
+
     def _on_report(self, msg) -> None:
         p = self.progress
         if isinstance(msg, SamplerReport):
             p.frames_collected += msg.env_frames
+            for fault in msg.env_faults:
+                log.warning("%s (restarted)", fault)
+            self.env_faults += len(msg.env_faults)
             self.fps.record(p.frames_collected)
             self._add_timings("rollout", msg.timings)
         elif isinstance(msg, EpisodesFinished):
@@ -254,6 +305,8 @@ class Runner:
             self._add_timings("inference", msg.timings)
         elif isinstance(msg, CheckpointSaved):
             self._last_checkpoint = msg
+        elif isinstance(msg, EvaluationFinished) and self.evaluation is not None:
+            self.evaluation.on_finished(msg, self.writer)
         elif isinstance(msg, ComponentFailed):
             raise TrainingError(f"{msg.component} failed: {msg.error}\n{msg.traceback}")
         elif not isinstance(msg, (ComponentStarted, ComponentStopped)):
@@ -265,13 +318,17 @@ class Runner:
             self.progress.timings[key] = self.progress.timings.get(key, 0.0) + v
 
     def _check_processes(self) -> None:
-        dead = self.host.dead()
-        if dead and not self._closed:
-            # A failure report may be in flight: read it so the error says what happened.
-            for msg in receive(self.wiring.report_queue, 0.5):
+        if self._closed or self.supervisor is None:
+            return
+        if self.host.dead():
+            # A failure report may be in flight: a component that raised fails the run with
+            # its own error rather than being replaced.
+            for msg in receive(self.wiring.report_queue, 0.2):
                 self._on_report(msg)
-            name, code = next(iter(dead.items()))
-            raise TrainingError(f"{name} exited unexpectedly (exit code {code})")
+        try:
+            self.supervisor.check()
+        except ComponentDied as e:
+            raise TrainingError(str(e)) from None
 
     def _drain_reports(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -281,14 +338,25 @@ class Runner:
                 self._on_report(msg)
 
     # --- checkpoints ----------------------------------------------------------------------------
-    def _request_checkpoint(self, final: bool) -> None:
-        for inbox in self.wiring.learner_inboxes.values():
-            send_many(inbox, [SaveCheckpoint(final=final, mean_return=self.episodes.mean_return)])
+    def load_weights(self, state_dicts: dict[int, dict]) -> None:
+        """Between `train` calls (Python API): each learner loads its policy's new weights
+        (`{policy_id: state_dict}`), republishes them and checkpoints them; returns once the
+        checkpoints are written (queued behind `LoadWeights`, they acknowledge it)."""
+        if self.host is None:
+            self.start()
+        for policy_id, state_dict in state_dicts.items():
+            send_many(self.wiring.learner_inboxes[policy_id], [LoadWeights(state_dict)])
+        self._save_checkpoint(final=True, score=False)
 
-    def _save_checkpoint(self, final: bool) -> None:
+    def _request_checkpoint(self, final: bool, score: bool = True) -> None:
+        mean_return = self.episodes.mean_return if score else None  # None: not a best candidate
+        for inbox in self.wiring.learner_inboxes.values():
+            send_many(inbox, [SaveCheckpoint(final=final, mean_return=mean_return)])
+
+    def _save_checkpoint(self, final: bool, score: bool = True) -> None:
         """Ask every learner for a checkpoint and wait until they are written."""
         self._last_checkpoint = None
-        self._request_checkpoint(final)
+        self._request_checkpoint(final, score)
         deadline = time.monotonic() + CHECKPOINT_TIMEOUT_SEC
         while self._last_checkpoint is None or not self._last_checkpoint.final:
             if time.monotonic() > deadline:
@@ -311,6 +379,8 @@ class Runner:
                             "policy_lag/max": p.lag[2]})
         scalars.update(p.last_stats)
         scalars.update(p.timings)
+        scalars.update(self.supervisor.health_metrics())
+        scalars["health/env_faults"] = float(self.env_faults)
         self.writer.write(p.total_env_steps, scalars)
         losses = {k.split("/", 1)[1]: v for k, v in p.last_stats.items()
                   if k in ("losses/policy", "losses/value", "losses/entropy")}

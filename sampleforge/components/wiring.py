@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
 from sampleforge.buffers.trajectory_buffer import (
     SharedTrajectoryBuffer,
@@ -47,6 +48,7 @@ class Wiring:
     inference_queues: dict[int, object]
     learner_inboxes: dict[int, object]
     free_slots: dict[int, object]
+    ledger: SamplerLedger
     specs: list[ComponentSpec] = field(default_factory=list)
 
     def all_queues(self) -> list:
@@ -78,7 +80,8 @@ def wire(cfg: Config, env_spec: EnvSpec, env: EnvInfo, device: torch.device,
         rollout_inboxes=[make_queue() for _ in range(cfg.num_workers)],
         inference_queues={p: make_queue() for p in policies},
         learner_inboxes={p: make_queue() for p in policies},
-        free_slots={p: make_queue() for p in policies})
+        free_slots={p: make_queue() for p in policies},
+        ledger=SamplerLedger(cfg.num_workers, {p: layout.num_slots for p in policies}))
     for p in policies:
         send_many(wiring.free_slots[p], list(range(layout.num_slots)))
         wiring.specs.append(_learner_spec(cfg, p, env, device, exp, resume, wiring))
@@ -106,7 +109,8 @@ def _inference_spec(cfg: Config, p: int, i: int, env: EnvInfo, device: torch.dev
     factory = functools.partial(make_actor_critic, cfg, env.observation_space, env.action_space)
     return ComponentSpec(f"inference_worker_p{p}_{i}", InferenceWorker, dict(
         policy_id=p, index=i, model_factory=factory, buffer=wiring.buffers[p],
-        weights=wiring.weights[p], request_queue=wiring.inference_queues[p],
+        weights=wiring.weights[p], ledger=wiring.ledger,
+        request_queue=wiring.inference_queues[p],
         control_queue=control, rollout_inboxes=wiring.rollout_inboxes,
         report_queue=wiring.report_queue, device=device, seed=cfg.seed), control_queue=control)
 
@@ -118,5 +122,6 @@ def _rollout_spec(cfg: Config, w: int, env_spec: EnvSpec, env: EnvInfo,
         worker_index=w, env_spec=env_spec, num_envs=cfg.num_envs_per_worker,
         num_splits=cfg.worker_num_splits, buffers=wiring.buffers, inbox=inbox,
         inference_queues=wiring.inference_queues, learner_queues=wiring.learner_inboxes,
-        free_slots=wiring.free_slots, report_queue=wiring.report_queue, seed=cfg.seed,
-        frameskip=env.frameskip), control_queue=inbox)
+        free_slots=wiring.free_slots, report_queue=wiring.report_queue, ledger=wiring.ledger,
+        seed=cfg.seed, frameskip=env.frameskip, env_error_policy=cfg.env_error_policy),
+        control_queue=inbox)

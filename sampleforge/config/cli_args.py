@@ -19,6 +19,8 @@ _GROUP_TITLES = {
     "sampling": "sampling (rollout and inference workers)",
     "learner": "learner and loss",
     "model": "model",
+    "reliability": "faults and recovery",
+    "evaluation": "evaluation during training",
     "logging": "logging and checkpoints",
 }
 

@@ -25,6 +25,7 @@ EncoderName = Literal["auto", "mlp", "conv_simple"]
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
 RestartBehavior = Literal["resume", "overwrite"]
+EnvErrorPolicy = Literal["restart", "fail"]
 
 
 def option(default: Any, help: str, group: str) -> Any:
@@ -126,6 +127,29 @@ class Config:
                           "rollout).", "model")
     rnn_size: int = option(128, "Hidden size of the recurrent core.", "model")
     shared_weights: bool = option(True, "Actor and critic share the encoder and core.", "model")
+
+    # --- reliability ----------------------------------------------------------------------------
+    env_error_policy: EnvErrorPolicy = option(
+        "restart", "When an env raises or returns non-finite data: restart that env and go on "
+        "(the failed step is never trained on), or fail the run.", "reliability")
+    env_step_timeout_sec: float = option(60.0, "A rollout worker whose envs make no progress for "
+                                         "this long is killed and replaced.", "reliability")
+    max_component_restarts: int = option(10, "Replacements of crashed rollout and inference "
+                                          "workers allowed before the run fails.", "reliability")
+    max_consecutive_skipped_updates: int = option(
+        20, "The run fails after this many SGD steps in a row with a non-finite loss or "
+        "gradient (each one is skipped, leaving the model untouched).", "reliability")
+
+    # --- evaluation -----------------------------------------------------------------------------
+    eval_every_env_steps: Optional[int] = option(
+        None, "Evaluate a frozen copy of the policy every this many env steps, in a separate "
+        "process, and log eval/ metrics; None disables.", "evaluation")
+    eval_episodes: int = option(10, "Episodes per evaluation (also the default of the eval "
+                                "and enjoy commands).", "evaluation")
+    eval_deterministic: bool = option(True, "Evaluate with the most likely action instead of "
+                                      "sampling.", "evaluation")
+    eval_save_best: bool = option(True, "Keep the weights with the best evaluation mean return "
+                                  "in <experiment>/eval/p<policy>/best.pt.", "evaluation")
 
     # --- logging and checkpoints ----------------------------------------------------------------
     report_every_sec: float = option(5.0, "Seconds between console status lines and metric "

@@ -174,9 +174,10 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
 _POSITIVE_INTS = ("num_workers", "num_envs_per_worker", "worker_num_splits",
                   "num_inference_workers", "num_policies", "rollout", "batch_size",
                   "num_batches_per_epoch", "num_epochs", "rnn_size", "keep_checkpoints",
-                  "train_for_env_steps", "max_policy_lag")
+                  "train_for_env_steps", "max_policy_lag", "max_consecutive_skipped_updates",
+                  "eval_episodes")
 _POSITIVE_FLOATS = ("learning_rate", "adam_eps", "report_every_sec", "save_every_sec",
-                    "reward_scale")
+                    "reward_scale", "env_step_timeout_sec")
 _UNIT_INTERVAL = ("gamma", "gae_lambda", "adam_beta1", "adam_beta2")
 _NON_NEGATIVE = ("max_grad_norm", "value_loss_coeff", "entropy_coeff", "ppo_clip_ratio",
                  "vtrace_rho_bar", "vtrace_c_bar")
@@ -194,9 +195,14 @@ def range_problems(cfg: Config) -> list[str]:
     for name in _UNIT_INTERVAL:
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(f"{name}: {getattr(cfg, name)} must be in [0, 1]")
+    if cfg.max_component_restarts < 0:
+        problems.append(f"max_component_restarts: {cfg.max_component_restarts} must be >= 0")
     for name in _NON_NEGATIVE:
         if not getattr(cfg, name) >= 0:
             problems.append(f"{name}: {getattr(cfg, name)} must be >= 0")
+    if cfg.eval_every_env_steps is not None and cfg.eval_every_env_steps < 1:
+        problems.append(f"eval_every_env_steps: {cfg.eval_every_env_steps} must be >= 1 "
+                        "(or none)")
     for name in ("train_for_seconds", "value_clip", "reward_clip"):
         value = getattr(cfg, name)
         if value is not None and not value > 0:

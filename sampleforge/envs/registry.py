@@ -21,6 +21,8 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
+from sampleforge.spaces import check_supported
+
 
 class UnknownEnvError(ValueError):
     """Raised when a name is neither a registered sampleforge env nor a Gymnasium id."""
@@ -256,26 +258,5 @@ def _has_episode_statistics(env: gym.Env) -> bool:
     return False
 
 
-_OBSERVATION_SPACES = "Box or Dict of Box"
-_ACTION_SPACES = "Discrete, MultiDiscrete, Tuple of Discrete, or Box"
-
-
 def _check_supported_spaces(name: str, info: EnvInfo) -> None:
-    obs, act = info.observation_space, info.action_space
-    obs_ok = isinstance(obs, gym.spaces.Box) or (
-        isinstance(obs, gym.spaces.Dict)
-        and all(isinstance(sub, gym.spaces.Box) for sub in obs.spaces.values())
-    )
-    if not obs_ok:
-        raise TypeError(
-            f"environment {name!r}: observation space {obs} is not supported "
-            f"(use {_OBSERVATION_SPACES})"
-        )
-    act_ok = isinstance(act, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.Box)) or (
-        isinstance(act, gym.spaces.Tuple)
-        and all(isinstance(sub, gym.spaces.Discrete) for sub in act.spaces)
-    )
-    if not act_ok:
-        raise TypeError(
-            f"environment {name!r}: action space {act} is not supported (use {_ACTION_SPACES})"
-        )
+    check_supported(info.observation_space, info.action_space, name)

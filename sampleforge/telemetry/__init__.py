@@ -8,6 +8,7 @@ from sampleforge.telemetry.console import ProgressBar, format_status_line
 from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
 from sampleforge.telemetry.fps import FpsMeter
 from sampleforge.telemetry.metrics_writer import MetricsWriter
+from sampleforge.telemetry.status import TrainingStatus
 from sampleforge.telemetry.summary import STOP_REASONS, RunSummary, read_summary, write_summary
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "MetricsWriter",
     "ProgressBar",
     "RunSummary",
+    "TrainingStatus",
     "format_status_line",
     "read_summary",
     "write_summary",

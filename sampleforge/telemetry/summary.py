@@ -19,7 +19,8 @@ from pathlib import Path
 
 __all__ = ["STOP_REASONS", "RunSummary", "read_summary", "write_summary"]
 
-STOP_REASONS = ("train_for_env_steps", "stop_at_mean_return", "train_for_seconds", "interrupted")
+STOP_REASONS = ("train_for_env_steps", "stop_at_mean_return", "train_for_seconds", "interrupted",
+                "callback")
 """Documented values of ``RunSummary.stopped_because`` (not enforced)."""
 
 
@@ -43,7 +44,8 @@ class RunSummary:
     - ``stopped_because``: why training stopped; one of
       ``"train_for_env_steps"`` (step budget reached), ``"stop_at_mean_return"``
       (target return reached), ``"train_for_seconds"`` (time budget reached),
-      ``"interrupted"`` (signal or Ctrl-C).
+      ``"interrupted"`` (signal or Ctrl-C), ``"callback"`` (a training callback
+      returned False).
 
     Non-finite floats (NaN, inf) are written as null so the file stays strict JSON.
     """

@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
 from sampleforge.comms.messages import (
     ActionsReady,
@@ -62,7 +63,8 @@ def _setup(rollout=4, rnn_size=3, num_slots=6):
         worker_index=0, env_spec=EnvSpec("counting", make_counting_env), num_envs=4,
         num_splits=2, buffers={0: buffer}, inbox=queues["inbox"],
         inference_queues={0: queues["inference"]}, learner_queues={0: queues["learner"]},
-        free_slots={0: queues["free"]}, report_queue=queues["report"], seed=0)
+        free_slots={0: queues["free"]}, report_queue=queues["report"],
+        ledger=SamplerLedger(1, {0: num_slots}), seed=0)
     return worker, buffer, queues
 
 

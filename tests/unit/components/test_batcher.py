@@ -36,6 +36,7 @@ def buffer() -> SharedTrajectoryBuffer:
         v = _value(s, steps, rows)  # [T + 1, ROWS]
         buf.rewards[s] = v
         buf.dones[s] = v + 0.1
+        buf.valids[s] = v + 0.2
         buf.log_probs[s] = -v
         buf.values[s] = v + 0.5
         buf.policy_versions[s] = v.long()
@@ -163,7 +164,7 @@ def test_select_picks_columns(buffer, free_slots):
     assert isinstance(mini, Dataset)
     assert mini.num_trajectories == 3
     assert set(mini.obs) == set(dataset.obs)
-    for name in ("actions", "rnn_states", "rewards", "dones", "log_probs", "values",
+    for name in ("actions", "rnn_states", "rewards", "dones", "valids", "log_probs", "values",
                  "policy_versions"):
         assert torch.equal(getattr(mini, name), getattr(dataset, name)[:, index]), name
     for key in dataset.obs:

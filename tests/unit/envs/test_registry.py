@@ -23,6 +23,7 @@ from sampleforge.envs import (
     registry,
     resolve_env,
 )
+from sampleforge.spaces import UnsupportedSpaceError
 
 
 @pytest.fixture(autouse=True)
@@ -206,7 +207,7 @@ def test_env_info_rejects_unsupported_spaces() -> None:
         observation_space = gym.spaces.Text(5)
 
     register_env("text", lambda context: TextEnv([1.0]))
-    with pytest.raises(TypeError, match="observation space"):
+    with pytest.raises(UnsupportedSpaceError, match="env 'text'.*Text.*supported: Box"):
         env_info("text")
 
 

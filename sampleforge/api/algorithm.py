@@ -1,0 +1,333 @@
+"""The Python API: one object per training run, trained again and again with the same processes.
+
+    from sampleforge import APPO
+
+    with APPO("CartPole-v1", num_workers=2, seed=1) as model:
+        model.train(200_000)                    # processes start on first use
+        model.train(100_000)                    # same processes, counters go on
+        print(model.evaluate(10).mean_return)   # in this process, current weights
+        model.save("cartpole.pt")
+    model = APPO.load("cartpole.pt")            # weights only; no process until trained
+
+Responsibility: map the calls of `APPO`, `IMPALA` and `A3C` onto one `Runner` (whose
+processes persist, paused, between `train` calls) and onto a local copy of each policy's
+weights for `predict` and `evaluate`. Every config field is a keyword, validated exactly as on
+the command line.
+
+Must not: compute anything about learning, or reach into components' processes other than
+through the runner and the shared weights.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar, Optional, Union
+
+import numpy as np
+import torch
+
+from sampleforge.checkpoint.store import CheckpointStore, checkpoint_info
+from sampleforge.components.model_factory import MODEL_SETTINGS
+from sampleforge.components.runner import Runner
+from sampleforge.components.training_callback import TrainingCallback
+from sampleforge.config import Config, ConfigError, config_to_dict, make_config
+from sampleforge.envs.registry import UnknownEnvError
+from sampleforge.evaluation.episodes import DEFAULT_NUM_ENVS, EvaluationResult, run_episodes
+from sampleforge.evaluation.local_policy import LocalPolicy
+from sampleforge.evaluation.policy_files import (
+    load_saved_policy,
+    read_weights_file,
+    save_model_file,
+)
+from sampleforge.api.env_argument import EnvArgument, check_sendable, env_name
+from sampleforge.telemetry import RunSummary
+
+_DEFAULTS = Config()
+StateDict = dict[str, torch.Tensor]
+ParameterSource = Union[Mapping[str, torch.Tensor], str, Path]
+
+
+class ActorCriticAlgorithm:
+    """A training run of one asynchronous actor-critic algorithm; see the module docstring.
+
+    Subclasses set `algorithm` ("appo", "impala" or "a3c").
+    """
+
+    algorithm: ClassVar[str]
+
+    def __init__(self, env: EnvArgument, *, encoder: str = _DEFAULTS.encoder,
+                 num_envs_per_worker: int = _DEFAULTS.num_envs_per_worker,
+                 num_workers: int = _DEFAULTS.num_workers, device: str = _DEFAULTS.device,
+                 policy_kwargs: Optional[Mapping[str, Any]] = None, **config: Any) -> None:
+        """Validate the settings and prepare the experiment folder; no process starts yet.
+
+        env: a Gymnasium id, a registered sampleforge env name, or a function that builds an
+            env (`fn()` or `fn(context: EnvContext)`; top-level, so worker processes can
+            import it). policy_kwargs: model settings (mlp_hidden_sizes, activation, rnn,
+            rnn_size, shared_weights, normalize_obs). config: any other `Config` field.
+            Unless given, `experiment` is a new unique name (nothing is resumed) and
+            `stop_at_mean_return` is off (`train(n)` trains n env steps).
+        Raises ConfigError listing every bad setting, UnknownEnvError for an unknown env.
+        """
+        name = env_name(env)
+        settings = _merge_settings(policy_kwargs, config, encoder=encoder,
+                                   num_envs_per_worker=num_envs_per_worker,
+                                   num_workers=num_workers, device=device)
+        settings.setdefault("experiment", _unique_experiment(self.algorithm, name))
+        settings.setdefault("stop_at_mean_return", math.inf)
+        cfg = make_config(env=name, algorithm=self.algorithm, **settings)
+        if not cfg.serial_mode:
+            check_sendable(env)
+        self._runner = Runner(cfg)
+        self._started = False
+        self._pending: dict[int, StateDict] = {}
+        self._policies: dict[int, LocalPolicy] = {}
+        self._versions: dict[int, int] = {}
+        self._resumed_env_steps = _checkpoint_env_steps(self._runner)
+        # Ends the worker processes when this object is closed, collected, or at exit.
+        self._finalizer = weakref.finalize(self, self._runner.close)
+
+    # --- properties -----------------------------------------------------------------------------
+    @property
+    def cfg(self) -> Config:
+        """The validated config of this run."""
+        return self._runner.cfg
+
+    @property
+    def experiment_dir(self) -> Path:
+        """The experiment folder (config.json, progress.csv, checkpoints/, summary.json)."""
+        return self._runner.exp.path
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps trained so far (all `train` calls; a resumed experiment's included)."""
+        return max(self._runner.progress.total_env_steps, self._resumed_env_steps)
+
+    @property
+    def runner(self) -> Runner:
+        """The underlying runner (advanced use: `runner.host.pids()`, `runner.status()`)."""
+        return self._runner
+
+    # --- training -------------------------------------------------------------------------------
+    def train(self, train_for_env_steps: int, *, callback: Optional[TrainingCallback] = None,
+              callback_every_env_steps: Optional[int] = None,
+              seconds: Optional[float] = None) -> RunSummary:
+        """Train `train_for_env_steps` more env steps (or `seconds`), then pause the workers.
+
+        callback(status: TrainingStatus) runs after every learner iteration, or every
+        `callback_every_env_steps` env steps; returning False stops training early
+        (`stopped_because == "callback"`). Returns the summary of this call.
+        """
+        if isinstance(train_for_env_steps, bool) or not isinstance(train_for_env_steps, int) \
+                or train_for_env_steps < 1:
+            raise ValueError(f"train_for_env_steps: {train_for_env_steps!r} must be an int >= 1")
+        runner = self._ensure_started()
+        target = self.env_steps + train_for_env_steps
+        return runner.train(until_env_steps=target, seconds=seconds, callback=callback,
+                            callback_every_env_steps=callback_every_env_steps)
+
+    # --- parameters -----------------------------------------------------------------------------
+    def get_parameters(self) -> dict[int, StateDict]:
+        """{policy_id: state_dict}: copies of the current weights (the learner's newest)."""
+        return {p: {k: v.detach().clone() for k, v in self._policy(p).model.state_dict().items()}
+                for p in range(self.cfg.num_policies)}
+
+    def set_parameters(self, parameters: Mapping[int, ParameterSource]) -> None:
+        """Replace weights: {policy_id: state_dict, or a checkpoint or model file path}.
+
+        The learner loads them (and checkpoints them) and republishes them to the inference
+        workers before this returns; before the first `train` they are kept and applied when
+        the workers start. Only weights change: optimizer state and counters stay.
+        """
+        state_dicts = {p: self._checked_weights(p, source) for p, source in parameters.items()}
+        for p, state_dict in state_dicts.items():
+            self._policy(p, refresh=False).load_state_dict(state_dict)
+        if self._started:
+            self._runner.load_weights(state_dicts)
+        else:
+            self._pending.update(state_dicts)
+
+    # --- acting ---------------------------------------------------------------------------------
+    def predict(self, observation: Any, state: Optional[np.ndarray] = None,
+                deterministic: bool = False, policy_id: int = 0) -> tuple[Any, Optional[np.ndarray]]:
+        """(action, state) for one observation or a batch, with the current weights.
+
+        A batch has one more leading axis than the observation space. `state` is the recurrent
+        state returned last time (None to start an episode; always None without a recurrent
+        core). Actions are in the form `env.step` takes.
+        """
+        return self._policy(policy_id).predict(observation, state, deterministic)
+
+    def evaluate(self, num_episodes: int = 10, *, deterministic: bool = True,
+                 seed: Optional[int] = None, num_envs: int = DEFAULT_NUM_ENVS,
+                 policy_id: int = 0) -> EvaluationResult:
+        """Play `num_episodes` whole episodes in this process with a copy of the current
+        weights; returns per-episode returns and lengths. Same seed and weights, same result.
+        """
+        return run_episodes(self._policy(policy_id), self._runner.env_spec, num_episodes,
+                            seed=seed, deterministic=deterministic, num_envs=num_envs)
+
+    # --- files ----------------------------------------------------------------------------------
+    def save(self, path: Union[str, Path]) -> Path:
+        """Write the config and current weights of every policy to one file; returns its path.
+
+        Load it with `<Algorithm>.load(path)` (weights only: no optimizer state).
+        """
+        return save_model_file(path, self.cfg, self.get_parameters(), self.env_steps)
+
+    @classmethod
+    def load(cls, path: Union[str, Path], env: Optional[EnvArgument] = None, *,
+             checkpoint: str = "latest", **config: Any) -> "ActorCriticAlgorithm":
+        """A new run with the weights and config saved at `path`: a file written by `save`, or
+        an experiment folder (at `checkpoint`: latest, best, best_eval).
+
+        Pass `env` again if it was a function. `config` overrides saved settings (e.g.
+        num_workers); the run is a new experiment unless `experiment` is given.
+        """
+        saved = load_saved_policy(path, checkpoint)
+        if saved.cfg.algorithm != cls.algorithm:
+            raise ValueError(f"{path} holds a {saved.cfg.algorithm} model; load it with "
+                             f"{saved.cfg.algorithm.upper()}.load, not {cls.__name__}.load")
+        settings = config_to_dict(saved.cfg)
+        for name in ("env", "algorithm", "experiment", "restart_behavior", "stop_at_mean_return"):
+            settings.pop(name)  # a new run, with the API's defaults for these
+        settings.update(config)
+        try:
+            model = cls(env if env is not None else saved.cfg.env, **settings)
+        except UnknownEnvError as err:
+            raise UnknownEnvError(f"{err} (pass env=<the function that builds it> to load "
+                                  f"{path})") from None
+        model.set_parameters(saved.state_dicts)
+        return model
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop every worker process. Safe to call twice; also runs when the object is
+        collected or the interpreter exits."""
+        self._finalizer()
+
+    def __enter__(self) -> "ActorCriticAlgorithm":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(env={self.cfg.env!r}, experiment="
+                f"{self.cfg.experiment_name!r}, env_steps={self.env_steps})")
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _ensure_started(self) -> Runner:
+        if not self._finalizer.alive:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        if not self._started:
+            self._runner.start()
+            self._started = True
+            if self._pending:
+                self._runner.load_weights(self._pending)
+                self._pending = {}
+        return self._runner
+
+    def _policy(self, policy_id: int, refresh: bool = True) -> LocalPolicy:
+        """The local copy of a policy; with `refresh`, holding the newest weights."""
+        self._check_policy_id(policy_id)
+        if policy_id not in self._policies:
+            env = self._runner.env
+            self._policies[policy_id] = LocalPolicy.build(self.cfg, env.observation_space,
+                                                          env.action_space)
+            self._versions[policy_id] = -1
+        policy = self._policies[policy_id]
+        if refresh and (self._started or policy_id not in self._pending):
+            weights = self._ensure_started().wiring.weights[policy_id]
+            self._versions[policy_id] = weights.pull(policy.model, self._versions[policy_id])
+        return policy
+
+    def _checked_weights(self, policy_id: int, source: ParameterSource) -> StateDict:
+        self._check_policy_id(policy_id)
+        if isinstance(source, (str, Path)):
+            source = read_weights_file(source, policy_id)
+        if not isinstance(source, Mapping):
+            raise TypeError(f"parameters for policy {policy_id}: expected a state dict or a "
+                            f"checkpoint path, got {type(source).__name__}")
+        state_dict = {k: torch.as_tensor(v).detach().cpu().clone() for k, v in source.items()}
+        env = self._runner.env
+        probe = LocalPolicy.build(self.cfg, env.observation_space, env.action_space)
+        try:
+            probe.load_state_dict(state_dict)
+        except RuntimeError as err:
+            raise ValueError(f"parameters for policy {policy_id} do not fit this model's "
+                             f"network: {str(err).splitlines()[0]} {_first_problem(err)}"
+                             ) from None
+        return state_dict
+
+    def _check_policy_id(self, policy_id: int) -> None:
+        if policy_id not in range(self.cfg.num_policies):
+            raise ValueError(f"policy id {policy_id!r}: this model has policies "
+                             f"0..{self.cfg.num_policies - 1}")
+
+
+class APPO(ActorCriticAlgorithm):
+    """Asynchronous PPO: PPO clipping + V-trace (Petrenko et al. 2020)."""
+
+    algorithm = "appo"
+
+
+class IMPALA(ActorCriticAlgorithm):
+    """IMPALA: V-trace actor-critic without a trust region (Espeholt et al. 2018)."""
+
+    algorithm = "impala"
+
+
+class A3C(ActorCriticAlgorithm):
+    """A3C-style advantage actor-critic (GAE), without off-policy correction (Mnih et al. 2016).
+
+    Needs near on-policy data: its recommended settings use one SGD pass per dataset.
+    """
+
+    algorithm = "a3c"
+
+
+def _merge_settings(policy_kwargs: Optional[Mapping[str, Any]], config: Mapping[str, Any],
+                    **named: Any) -> dict[str, Any]:
+    """Constructor keywords, policy_kwargs and config as one dict; ConfigError on clashes."""
+    problems = []
+    model_kwargs = dict(policy_kwargs or {})
+    allowed = [s for s in MODEL_SETTINGS if s != "encoder"]
+    for key in model_kwargs:
+        if key not in allowed:
+            problems.append(f"policy_kwargs: unknown model setting {key!r} (allowed: "
+                            f"{', '.join(allowed)})")
+        elif key in config:
+            problems.append(f"{key}: given both in policy_kwargs and as a keyword")
+    for key in ("env", "algorithm"):
+        if key in config:
+            problems.append(f"{key}: set by the {'first argument' if key == 'env' else 'class'}"
+                            ", not a keyword")
+    if problems:
+        raise ConfigError(problems)
+    return {**named, **model_kwargs, **config}
+
+
+def _unique_experiment(algorithm: str, env: str) -> str:
+    """A new experiment folder name: algorithm, env, time and a random suffix."""
+    safe_env = re.sub(r"[^A-Za-z0-9_.-]", "_", env)
+    return f"{algorithm}_{safe_env}_{time.strftime('%Y%m%d-%H%M%S')}_{uuid.uuid4().hex[:6]}"
+
+
+def _checkpoint_env_steps(runner: Runner) -> int:
+    """Env steps of the checkpoint a resumed experiment starts from (0 for a new one)."""
+    if not runner.resume:
+        return 0
+    latest = CheckpointStore(runner.exp.checkpoint_dir(0)).latest()
+    return 0 if latest is None else checkpoint_info(latest)[1]
+
+
+def _first_problem(err: RuntimeError) -> str:
+    lines = [line.strip() for line in str(err).splitlines()[1:] if line.strip()]
+    return f"({lines[0]})" if lines else ""

@@ -1,0 +1,46 @@
+"""`sampleforge export`: write a trained policy as an ONNX model (acting step, no sampling)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from sampleforge.cli.policy_source import add_policy_arguments, input_errors, policy_from_args
+
+HELP = ("Export a trained policy's acting step (observations -> deterministic action, action "
+        "logits or mean, value; recurrent state in and out) as an ONNX model.")
+FORMATS = ("onnx",)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("export")
+    group.add_argument("--format", choices=FORMATS, default="onnx",
+                       help="Model format. (default: onnx)")
+    group.add_argument("--output", default=None,
+                       help="Output file. (default: policy.onnx in the experiment folder)")
+    group.add_argument("--opset", type=int, default=None,
+                       help="ONNX opset version. (default: 17)")
+    add_policy_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sampleforge.envs.registry import make_env
+    from sampleforge.evaluation import LocalPolicy
+    from sampleforge.export.onnx_export import DEFAULT_OPSET, export_onnx
+
+    try:
+        source = policy_from_args(args)
+        probe = make_env(source.env_spec)
+    except input_errors() as e:
+        print(f"sampleforge: {e}", file=sys.stderr)
+        return 2
+    policy = LocalPolicy.build(source.cfg, probe.observation_space, probe.action_space,
+                               state_dict=source.state_dict)
+    probe.close()
+    output = Path(args.output) if args.output else source.experiment_dir / "policy.onnx"
+    info = export_onnx(policy.model, output, opset_version=args.opset or DEFAULT_OPSET)
+    print(f"policy: {source.checkpoint}")
+    print(f"wrote {info.path}: inputs {', '.join(info.input_names)}; outputs "
+          f"{', '.join(info.output_names)}")
+    return 0

@@ -1,0 +1,180 @@
+"""A group of environments stepped together by a rollout worker, with its fault policy.
+
+`EnvSplit.step` applies one action per env, resets envs whose episode ended, and writes rewards,
+dones, validity flags and next observations straight into the numpy views of a trajectory slot
+it is given. Episode returns and lengths come from the envs' episode-statistics wrapper.
+
+An env fault is an exception from `step` or `reset`, or a non-finite observation or reward.
+With the "restart" policy the env is rebuilt, the transition is marked invalid (never trained
+on) and ends the episode; with "fail" an `EnvFaultError` carrying the original error is raised.
+Non-finite values never leave this module: they are replaced by zeros before anyone reads them.
+
+Must not: know about queues, policies or inference.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from sampleforge.envs.registry import EnvContext, EnvSpec, env_seed, make_env
+from sampleforge.spaces import actions_to_env, observation_to_dict
+
+log = logging.getLogger(__name__)
+
+
+class EnvFaultError(RuntimeError):
+    """An env failed and the policy is to fail the run."""
+
+
+@dataclass
+class StepTargets:
+    """Where one step's results go: views into a slot at step t (and t + 1 for observations)."""
+
+    rewards: np.ndarray  # [N]
+    dones: np.ndarray  # [N]
+    valids: np.ndarray  # [N]
+    next_obs: dict[str, np.ndarray]  # key -> [N, ...]
+
+
+@dataclass
+class StepOutcome:
+    episode_returns: list[float] = field(default_factory=list)
+    episode_lengths: list[int] = field(default_factory=list)
+    faults: list[str] = field(default_factory=list)
+
+
+class EnvSplit:
+    """`num_envs` envs of one rollout worker, stepped as a group; see the module docstring."""
+
+    def __init__(self, *, env_spec: EnvSpec, worker_index: int, first_env_index: int,
+                 num_envs: int, seed: int | None, error_policy: str):
+        self.env_spec = env_spec
+        self.contexts = [EnvContext(worker_index=worker_index, env_index=first_env_index + i,
+                                    seed=seed) for i in range(num_envs)]
+        self.error_policy = error_policy
+        self.envs = [self._build(ctx) for ctx in self.contexts]
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self._is_dict = isinstance(self.observation_space, gym.spaces.Dict)
+
+    def _build(self, context: EnvContext) -> gym.Env:
+        try:
+            return make_env(self.env_spec, context)
+        except Exception as e:
+            raise EnvFaultError(f"env {self.env_spec.name!r} could not be created in worker "
+                                f"{context.worker_index} (env {context.env_index}): "
+                                f"{type(e).__name__}: {e}") from e
+
+    def __len__(self) -> int:
+        return len(self.envs)
+
+    def reset_all(self, next_obs: dict[str, np.ndarray]) -> None:
+        """First reset of every env (seeded), observations written into `next_obs`."""
+        observations = []
+        for env, ctx in zip(self.envs, self.contexts):
+            obs, _ = env.reset(seed=env_seed(ctx))
+            observations.append(obs)
+        self._write_obs(observations, next_obs)
+        self._sanitize_obs(next_obs)
+
+    def step(self, actions: np.ndarray, out: StepTargets) -> StepOutcome:
+        """Step every env with its row of `actions` [N, A]; results into `out`."""
+        outcome = StepOutcome()
+        env_actions = actions_to_env(actions, self.action_space)
+        observations: list[Any] = []
+        out.valids[:] = 1.0
+        for i, env in enumerate(self.envs):
+            try:
+                obs, reward, terminated, truncated, info = env.step(env_actions[i])
+                done = terminated or truncated
+                if done:
+                    episode = info.get("episode")
+                    if episode is not None:
+                        outcome.episode_returns.append(float(episode["r"]))
+                        outcome.episode_lengths.append(int(episode["l"]))
+                    obs, _ = env.reset()
+            except Exception as e:  # noqa: BLE001 - the fault policy decides
+                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True,
+                                     cause=e)
+                reward, done = 0.0, True
+                out.valids[i] = 0.0
+            out.rewards[i] = reward
+            out.dones[i] = done
+            observations.append(obs)
+        self._write_obs(observations, out.next_obs)
+        self._check_finite(out, outcome)
+        return outcome
+
+    def close(self) -> None:
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - a broken env must not block shutdown
+                pass
+
+    # --- faults ---------------------------------------------------------------------------------
+    def _on_fault(self, i: int, what: str, outcome: StepOutcome, rebuild: bool,
+                  cause: Exception | None = None) -> Any:
+        """Apply the fault policy to env `i`; returns the observation its row continues from."""
+        ctx = self.contexts[i]
+        message = (f"env {self.env_spec.name!r} failed in worker {ctx.worker_index} "
+                   f"(env {ctx.env_index}): {what}")
+        if self.error_policy == "fail":
+            raise EnvFaultError(message) from cause
+        log.warning("%s; restarting it", message)
+        outcome.faults.append(message)
+        if rebuild:
+            try:
+                self.envs[i].close()
+            except Exception:  # noqa: BLE001
+                pass
+            self.envs[i] = self._build(ctx)
+        obs, _ = self.envs[i].reset()
+        return obs
+
+    def _check_finite(self, out: StepTargets, outcome: StepOutcome) -> None:
+        bad_rewards = ~np.isfinite(out.rewards)
+        bad_obs = self._sanitize_obs(out.next_obs)
+        for i in np.flatnonzero(bad_rewards | bad_obs):
+            what = "non-finite reward" if bad_rewards[i] else "non-finite observation"
+            obs = self._on_fault(int(i), what, outcome, rebuild=False)
+            self._write_row(obs, out.next_obs, int(i))
+            self._sanitize_obs(out.next_obs)
+            out.rewards[i] = 0.0
+            out.dones[i] = 1.0
+            out.valids[i] = 0.0
+
+    @staticmethod
+    def _sanitize_obs(next_obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Zero non-finite float observations in place; returns which rows had any."""
+        bad = None
+        for array in next_obs.values():
+            if array.dtype.kind != "f":
+                continue
+            rows_bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)
+            if rows_bad.any():
+                array[rows_bad] = np.nan_to_num(array[rows_bad], nan=0.0, posinf=0.0,
+                                                neginf=0.0)
+            bad = rows_bad if bad is None else bad | rows_bad
+        if bad is None:
+            bad = np.zeros(len(next(iter(next_obs.values()))), dtype=bool)
+        return bad
+
+    # --- observations ---------------------------------------------------------------------------
+    def _write_obs(self, observations: list, targets: dict[str, np.ndarray]) -> None:
+        if not self._is_dict:
+            (target,) = targets.values()
+            np.stack(observations, out=target)
+            return
+        as_dicts = [observation_to_dict(o, self.observation_space) for o in observations]
+        for key, target in targets.items():
+            np.stack([d[key] for d in as_dicts], out=target)
+
+    def _write_row(self, obs: Any, targets: dict[str, np.ndarray], i: int) -> None:
+        for key, value in observation_to_dict(obs, self.observation_space).items():
+            targets[key][i] = value

@@ -1,0 +1,110 @@
+"""Exporting a policy's acting step to ONNX, for running it without PyTorch.
+
+Responsibility: wrap an `ActorCritic` in a module whose forward is one acting step with plain
+tensor inputs and outputs, and write it with ``torch.onnx.export``:
+
+    inputs   one per observation key (``obs`` for a Box space; a Dict space's keys, sorted),
+             in the observation dtype (uint8 images stay uint8), [batch, *shape];
+             ``rnn_state`` [batch, S] for a recurrent policy
+    outputs  ``action``: the deterministic action [batch, A] (int64 category indices for
+             discrete spaces, the raw Gaussian mean for Box, not clipped to the bounds);
+             ``action_logits`` [batch, sum of category counts] (discrete) or ``action_mean``
+             [batch, A] (Box); ``value`` [batch]; ``new_rnn_state`` [batch, S] (recurrent)
+
+Observation normalisation (``normalize_obs``) is inside the graph. The batch axis is dynamic.
+
+Must not: sample actions (a sampling graph would not match PyTorch), read checkpoints, or
+convert actions to the env's format (``spaces.actions_to_env`` does that on the caller side).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from sampleforge.models.action_heads import GaussianActionHead
+from sampleforge.models.actor_critic import ActorCritic
+
+DEFAULT_OPSET = 17
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """What was written: the file and the graph's input and output names, in order."""
+
+    path: Path
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+
+class PolicyStep(nn.Module):
+    """One deterministic acting step of `model` with positional tensor inputs (see module doc)."""
+
+    def __init__(self, model: ActorCritic) -> None:
+        super().__init__()
+        self.model = model
+        self.obs_keys = tuple(model.obs_specs)
+        self.recurrent = model.rnn_state_size > 0
+        self.continuous = isinstance(model.action_head, GaussianActionHead)
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.obs_keys + (("rnn_state",) if self.recurrent else ())
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        params = "action_mean" if self.continuous else "action_logits"
+        return ("action", params, "value") + (("new_rnn_state",) if self.recurrent else ())
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        model = self.model
+        obs = model.normalize_observations(dict(zip(self.obs_keys, inputs)))
+        batch = inputs[0].shape[0]
+        state = inputs[-1] if self.recurrent else torch.zeros(batch, 0)
+        actor_size = model.actor_core.state_size
+        features, new_state = model.actor_core.step(model.actor_encoder(obs),
+                                                    state[:, :actor_size])
+        critic_features = features
+        if model.critic_core is not None:
+            critic_features, critic_state = model.critic_core.step(
+                model.critic_encoder(obs), state[:, actor_size:])
+            new_state = torch.cat([new_state, critic_state], dim=1)
+        dist = model.action_head(features)
+        params = dist.mean if self.continuous else torch.cat(dist.logits, dim=-1)
+        outputs = (dist.mode(), params, model.value_head(critic_features).squeeze(-1))
+        return outputs + ((new_state,) if self.recurrent else ())
+
+
+def example_inputs(model: ActorCritic, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
+    """Zero inputs of the right shapes and dtypes for `PolicyStep(model)`."""
+    inputs = [torch.zeros(batch_size, *spec.shape, dtype=spec.dtype)
+              for spec in model.obs_specs.values()]
+    if model.rnn_state_size:
+        inputs.append(torch.zeros(batch_size, model.rnn_state_size))
+    return tuple(inputs)
+
+
+def export_onnx(model: ActorCritic, path: Path | str, *,
+                opset_version: int = DEFAULT_OPSET) -> OnnxExport:
+    """Write `model`'s acting step to `path` as ONNX (see the module docstring for the I/O)."""
+    step = PolicyStep(model.cpu().eval()).eval()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    names = step.input_names + step.output_names
+    with torch.no_grad(), warnings.catch_warnings():
+        # The TorchScript-based exporter: it needs no extra package and handles the GRU/LSTM
+        # cores; torch marks it deprecated in favour of the onnxscript-based one.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        # Its GRU/LSTM batch-size warning is about initial states that are constants: here
+        # they are the rnn_state input.
+        warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
+        torch.onnx.export(step, example_inputs(model), str(path), dynamo=False,
+                          input_names=list(step.input_names),
+                          output_names=list(step.output_names),
+                          dynamic_axes={name: {0: "batch"} for name in names},
+                          opset_version=opset_version)
+    return OnnxExport(path=path, input_names=step.input_names, output_names=step.output_names)
