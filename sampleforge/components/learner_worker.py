@@ -71,6 +71,8 @@ class LearnerWorker:
         """Stage arrived trajectories and handle commands; train whenever a dataset is complete."""
         for msg in receive(self.inbox, 0.0 if self._arrived else timeout):
             self._handle(msg)
+        if not self.running:
+            return  # stopping: don't start another training iteration
         while self._arrived and not self.batcher.ready():
             self.batcher.add(self._arrived.popleft())
         if self.batcher.ready():
