@@ -19,6 +19,7 @@ import logging
 import sys
 from typing import Sequence
 
+from sampleforge.cli.signals import early_exit_code, record_early_signals
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import ConfigArgumentParser
 
@@ -40,9 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s",
                         datefmt="%H:%M:%S")
-    args = build_parser().parse_args(argv)
+    record_early_signals()
     try:
-        return args.run(args)
+        args = build_parser().parse_args(argv)
+        return early_exit_code() or args.run(args)
     except ConfigError as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 
+from sampleforge.cli.signals import early_exit_code
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import add_config_arguments, config_from_args
 
@@ -27,6 +28,8 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
+    if early_exit_code():
+        return early_exit_code()
     try:
         with runner:
             summary = runner.train()

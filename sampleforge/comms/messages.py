@@ -135,6 +135,16 @@ class TrainingReport:
 
 
 @dataclass(frozen=True)
+class LearnerReady:
+    """A learner's counters when it starts: restored from `resumed_from`, or zero."""
+
+    policy_id: int
+    env_steps: int
+    policy_version: int
+    resumed_from: Optional[str]
+
+
+@dataclass(frozen=True)
 class CheckpointSaved:
     policy_id: int
     path: str

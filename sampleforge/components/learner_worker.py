@@ -22,6 +22,7 @@ from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import CheckpointStore
 from sampleforge.comms.messages import (
     CheckpointSaved,
+    LearnerReady,
     LoadWeights,
     Pause,
     Resume,
@@ -54,18 +55,22 @@ class LearnerWorker:
             torch.manual_seed(cfg.seed)  # same initial weights for the same seed
         self.learner = Learner(cfg, observation_space, action_space, device, frameskip)
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
-        if resume:
-            self._resume()
+        resumed_from = self._resume() if resume else None
         self.weights.publish(self.learner.model, self.learner.policy_version)
+        send_many(report_queue, [LearnerReady(policy_id, self.learner.env_steps,
+                                              self.learner.policy_version, resumed_from)])
         self.batcher = Batcher(buffer, free_slots, cfg.dataset_size // cfg.rollout, device)
         self._train_seconds = 0.0
         self._arrived: deque[TrajectoryReady] = deque()
 
-    def _resume(self) -> None:
+    def _resume(self) -> str | None:
+        """Load the newest valid checkpoint, if any; returns its path."""
         loaded = self.store.load_latest(map_location=self.learner.device)
-        if loaded is not None:
-            state, _ = loaded
-            self.learner.load_state_dict(state)
+        if loaded is None:
+            return None
+        state, path = loaded
+        self.learner.load_state_dict(state)
+        return str(path)
 
     def poll(self, timeout: float) -> None:
         """Stage arrived trajectories and handle commands; train whenever a dataset is complete."""

@@ -35,6 +35,7 @@ from sampleforge.comms.messages import (
     ComponentStopped,
     EpisodesFinished,
     InferenceReport,
+    LearnerReady,
     LoadWeights,
     Pause,
     Resume,
@@ -133,6 +134,7 @@ class Runner:
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         """Allocate shared memory and queues, start every component, wait until all run."""
+        self._restore_signals = self._install_signal_handlers()
         self.wiring = wire(self.cfg, self.env_spec, self.env, self.device, self.exp, self.resume)
         self.evaluation = TrainingEvaluation.attach(self.cfg, self.env_spec, self.env, self.exp,
                                                     self.wiring)
@@ -141,7 +143,6 @@ class Runner:
         self.supervisor = Supervisor(cfg=self.cfg, host=self.host, wiring=self.wiring,
                                      is_training=lambda: self._training)
         self.writer = MetricsWriter(self.exp.path, tensorboard=self.cfg.tensorboard)
-        self._restore_signals = self._install_signal_handlers()
         try:
             for spec in self.wiring.specs:  # learner first: it publishes the initial weights
                 self.host.start(spec)
@@ -207,9 +208,19 @@ class Runner:
 
     def close(self) -> None:
         """Stop every component and release all resources. Safe to call twice."""
-        if self._closed or self.wiring is None:
+        if self._closed:
             return
         self._closed = True
+        try:
+            if self.wiring is not None and self.host is not None:
+                self._stop_components()
+        finally:
+            if self.writer is not None:
+                self.writer.close()
+            self._restore_signals()
+            self.wiring = None
+
+    def _stop_components(self) -> None:
         for spec in self.wiring.specs:
             try:
                 send_many(spec.control_queue, [Stop()], timeout=1.0)
@@ -218,10 +229,6 @@ class Runner:
         forced = self.host.join_all(STOP_TIMEOUT_SEC)
         if forced:
             log.warning("had to terminate components that did not stop: %s", ", ".join(forced))
-        if self.writer is not None:
-            self.writer.close()
-        self._restore_signals()
-        self.wiring = None
 
     def __enter__(self) -> "Runner":
         return self
@@ -303,8 +310,17 @@ class Runner:
             p.lag_reports += 1
         elif isinstance(msg, InferenceReport):
             self._add_timings("inference", msg.timings)
+        elif isinstance(msg, LearnerReady):
+            p.env_steps[msg.policy_id] = msg.env_steps
+            p.policy_version[msg.policy_id] = msg.policy_version
+            if msg.resumed_from:
+                log.info("policy %d resumed from %s (env steps %d, policy version %d)",
+                         msg.policy_id, msg.resumed_from, msg.env_steps, msg.policy_version)
         elif isinstance(msg, CheckpointSaved):
             self._last_checkpoint = msg
+            # The learner may have trained a little after the last report: the checkpoint's
+            # counters are the ones a resumed run continues from.
+            p.env_steps[msg.policy_id] = max(p.env_steps.get(msg.policy_id, 0), msg.env_steps)
         elif isinstance(msg, EvaluationFinished) and self.evaluation is not None:
             self.evaluation.on_finished(msg, self.writer)
         elif isinstance(msg, ComponentFailed):
@@ -419,7 +435,8 @@ class Runner:
 
         def handler(signum, frame):
             if self._stop_signal is not None and signum == signal.SIGINT:
-                self.host.kill_all()
+                if self.host is not None:
+                    self.host.kill_all()
                 os._exit(130)
             self._stop_signal = signum
 

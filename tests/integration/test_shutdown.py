@@ -1,7 +1,16 @@
-"""Ctrl-C or SIGTERM in the middle of training: every process gone within 10 s, nothing left in
-/dev/shm, a final checkpoint written, exit code 130 (SIGINT) or 143 (SIGTERM)."""
+"""Stopping a training run from outside, the ways users and machines do it.
+
+- Ctrl-C or SIGTERM in the middle of training: every process gone within 10 s, nothing new in
+  /dev/shm, a final checkpoint written, exit code 130 (SIGINT) or 143 (SIGTERM); the counters
+  of a resumed run continue exactly from it.
+- SIGINT at random moments, start-up included: the same, and the previous checkpoint intact.
+- A second Ctrl-C: hard exit within 2 s, no orphans.
+- SIGKILL of the runner: its children exit within 5 s; the next start of the same experiment
+  resumes from the last checkpoint.
+"""
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -10,8 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from sampleforge.checkpoint import CheckpointStore, checkpoint_info
+from sampleforge.components.runner import Runner
+from sampleforge.config import make_config
 
-def _children(pid: int) -> set[int]:
+
+def _descendants(pid: int) -> set[int]:
     """Every descendant of `pid`, from /proc."""
     parents = {}
     for entry in Path("/proc").iterdir():
@@ -28,10 +41,6 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def _rows(csv: Path) -> int:
-    return len(csv.read_text().splitlines()) - 1 if csv.exists() else 0
-
-
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -40,33 +49,123 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _rows(csv: Path) -> int:
+    return len(csv.read_text().splitlines()) - 1 if csv.exists() else 0
+
+
+def _start(train_dir: Path, experiment: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "sampleforge.cli.main", "train", "--env", "CartPole-v1",
+           "--train_dir", str(train_dir), "--experiment", experiment, "--device", "cpu",
+           "--stop_at_mean_return", "inf", "--train_for_env_steps", "100000000",
+           "--report_every_sec", "1", "--save_every_sec", "2"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_training(proc: subprocess.Popen, progress: Path, rows: int = 1) -> set[int]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _rows(progress) < rows:
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.1)
+    assert _rows(progress) >= rows, "training did not start"
+    return _descendants(proc.pid)
+
+
+def _wait_gone(pids: set[int], since: float, limit: float) -> float:
+    while [p for p in pids if _alive(p)] and time.monotonic() - since < limit:
+        time.sleep(0.05)
+    return time.monotonic() - since
+
+
+def _latest(checkpoints: Path) -> tuple[int, int] | None:
+    loaded = CheckpointStore(checkpoints).load_latest()  # raises if every checkpoint is bad
+    return None if loaded is None else checkpoint_info(loaded[1])
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum,exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_stops_everything_cleanly(tmp_path, signum, exit_code):
+def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, signum,
+                                                                      exit_code):
     shm_before = set(os.listdir("/dev/shm"))
-    cmd = [sys.executable, "-m", "sampleforge.cli.main", "train", "--env", "CartPole-v1",
-           "--train_dir", str(tmp_path), "--experiment", "sigint", "--device", "cpu",
-           "--stop_at_mean_return", "inf", "--train_for_env_steps", "100000000",
-           "--report_every_sec", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    progress = tmp_path / "sigint" / "progress.csv"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _rows(progress) < 2:  # training under way
-        time.sleep(0.2)
-    children = _children(proc.pid)
+    proc = _start(tmp_path, "sig")
+    children = _wait_training(proc, tmp_path / "sig" / "progress.csv", rows=2)
     assert len(children) >= 4, "components did not start"  # learner, inference, 2 workers
-    time.sleep(1)
     proc.send_signal(signum)
     t0 = time.monotonic()
     out, _ = proc.communicate(timeout=30)
-    # Helpers such as multiprocessing's resource tracker exit when they see the runner go.
-    while [p for p in children if _alive(p)] and time.monotonic() - t0 < 10:
-        time.sleep(0.1)
-    elapsed = time.monotonic() - t0
+    elapsed = _wait_gone(children, t0, 10)  # helpers like the resource tracker follow the runner
     assert elapsed < 10, f"took {elapsed:.1f} s to stop\n{out}"
     assert proc.returncode == exit_code, out
     assert not [p for p in children if _alive(p)], "child processes left behind"
     assert set(os.listdir("/dev/shm")) - shm_before == set()
     assert "interrupted" in out
-    assert list((tmp_path / "sigint" / "checkpoints" / "p0").glob("checkpoint_*.pt"))
+    version, env_steps = _latest(tmp_path / "sig" / "checkpoints" / "p0")
+    assert version > 0 and env_steps > 0
+
+    cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), experiment="sig",
+                      device="cpu", stop_at_mean_return=float("inf"))
+    with Runner(cfg) as resumed:
+        resumed.start()
+        assert resumed.progress.env_steps[0] == env_steps
+        assert resumed.progress.policy_version[0] == version
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_sigint_at_random_moments(tmp_path):
+    """Ten interruptions at random times of the same experiment, start-up included."""
+    rng = random.Random(1234)
+    shm_before = set(os.listdir("/dev/shm"))
+    checkpoints = tmp_path / "rnd" / "checkpoints" / "p0"
+    previous = None
+    for attempt in range(10):
+        proc = _start(tmp_path, "rnd")
+        time.sleep(rng.uniform(0.2, 6.0))
+        children = _descendants(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        out, _ = proc.communicate(timeout=30)
+        elapsed = _wait_gone(children | _descendants(proc.pid), t0, 10)
+        assert elapsed < 10, f"attempt {attempt}: {elapsed:.1f} s\n{out}"
+        assert proc.returncode == 130, f"attempt {attempt}: {proc.returncode}\n{out}"
+        latest = _latest(checkpoints)  # a complete new one or the intact previous one
+        if previous is not None:
+            assert latest is not None and latest >= previous, (attempt, latest, previous)
+        previous = latest
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_second_ctrl_c_exits_at_once(tmp_path):
+    proc = _start(tmp_path, "twice")
+    children = _wait_training(proc, tmp_path / "twice" / "progress.csv")
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    proc.communicate(timeout=30)
+    elapsed = _wait_gone(children, t0, 5)
+    assert elapsed < 2, f"took {elapsed:.1f} s"
+    assert proc.returncode == 130
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_sigkill_of_the_runner_takes_its_children_along(tmp_path):
+    shm_before = set(os.listdir("/dev/shm"))
+    proc = _start(tmp_path, "killed")
+    children = _wait_training(proc, tmp_path / "killed" / "progress.csv", rows=3)
+    proc.kill()
+    t0 = time.monotonic()
+    proc.communicate(timeout=30)
+    elapsed = _wait_gone(children, t0, 10)
+    assert elapsed < 5, f"children outlived the runner by {elapsed:.1f} s"
+    assert set(os.listdir("/dev/shm")) - shm_before == set()
+    # The next start resumes from the last periodic checkpoint.
+    version, env_steps = _latest(tmp_path / "killed" / "checkpoints" / "p0")
+    cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), experiment="killed",
+                      device="cpu", stop_at_mean_return=float("inf"))
+    with Runner(cfg) as resumed:
+        resumed.start()
+        assert resumed.progress.env_steps[0] == env_steps > 0

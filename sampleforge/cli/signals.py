@@ -1,0 +1,31 @@
+"""Signals that arrive before the runner takes over signal handling.
+
+A Ctrl-C during Python's imports can leave a half-imported module behind (the error then looks
+like an unrelated AttributeError), so the CLI records SIGINT and SIGTERM from its first line and
+acts on them at safe points; the runner installs its own handlers once it starts.
+"""
+
+from __future__ import annotations
+
+import signal
+from typing import Optional
+
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+_received: Optional[int] = None
+
+
+def _remember(signum: int, frame) -> None:
+    global _received
+    _received = signum
+
+
+def record_early_signals() -> None:
+    """From now until the runner installs its handlers, SIGINT/SIGTERM are only recorded."""
+    for signum in EXIT_CODES:
+        signal.signal(signum, _remember)
+
+
+def early_exit_code() -> Optional[int]:
+    """130 or 143 if SIGINT or SIGTERM arrived since `record_early_signals`, else None."""
+    return None if _received is None else EXIT_CODES[_received]
