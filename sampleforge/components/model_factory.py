@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 
-from sampleforge.config import Config
+from sampleforge.config import Config, ConfigError
 from sampleforge.models.actor_critic import ActorCritic
 
 # Settings that change the network's parameter layout: a checkpoint is only valid for these.
@@ -23,3 +23,13 @@ def make_actor_critic(cfg: Config, observation_space: gym.Space,
                        mlp_hidden_sizes=tuple(cfg.mlp_hidden_sizes), activation=cfg.activation,
                        rnn_type=cfg.rnn, rnn_size=cfg.rnn_size,
                        shared_weights=cfg.shared_weights, normalize_obs=cfg.normalize_obs)
+
+
+def check_model_fits_env(cfg: Config, env) -> None:
+    """Build the model once before any process starts: a model setting that cannot work with
+    the env's spaces (e.g. a conv encoder on vector observations) is a config error."""
+    try:
+        make_actor_critic(cfg, env.observation_space, env.action_space)
+    except (ValueError, TypeError) as e:
+        raise ConfigError([f"the model settings do not fit env {cfg.env!r} "
+                           f"(observations {env.observation_space}): {e}"]) from None

@@ -47,6 +47,7 @@ from sampleforge.comms.messages import (
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.evaluation_hook import TrainingEvaluation
 from sampleforge.components.experiment import prepare_experiment
+from sampleforge.components.model_factory import check_model_fits_env
 from sampleforge.components.supervisor import ComponentDied, Supervisor
 from sampleforge.components.training_callback import CallbackSchedule, TrainingCallback
 from sampleforge.components.wiring import wire
@@ -109,6 +110,7 @@ class Runner:
         self.cfg = cfg
         self.env_spec = resolve_env(cfg.env)
         self.env = env_info(cfg.env)
+        check_model_fits_env(cfg, self.env)
         self.device = resolve_device(cfg.device)
         self.exp, self.resume = prepare_experiment(cfg)
         threshold = cfg.stop_at_mean_return

@@ -1,0 +1,99 @@
+"""The learner never lets a non-finite value into the model, the optimizer or a checkpoint."""
+
+import copy
+
+import gymnasium as gym
+import pytest
+import torch
+
+from sampleforge.components.batcher import Dataset
+from sampleforge.components.learner import Learner, NonFiniteTrainingError
+from sampleforge.config import make_config
+
+OBS = gym.spaces.Box(-1, 1, (4,))
+ACT = gym.spaces.Discrete(2)
+
+
+def _learner(**overrides) -> Learner:
+    cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=1,
+                      **overrides)
+    return Learner(cfg, OBS, ACT, torch.device("cpu"))
+
+
+def _dataset(T=9, B=4, reward=0.0) -> Dataset:
+    g = torch.Generator().manual_seed(0)
+    return Dataset(obs={"obs": torch.rand(T, B, 4, generator=g)},
+                   actions=torch.randint(0, 2, (T, B, 1), generator=g),
+                   rnn_states=torch.zeros(T, B, 0), rewards=torch.full((T, B), reward),
+                   dones=torch.zeros(T, B), valids=torch.ones(T, B),
+                   log_probs=torch.full((T, B), -0.69), values=torch.zeros(T, B),
+                   policy_versions=torch.zeros(T, B, dtype=torch.int64))
+
+
+def _state(learner: Learner) -> dict:
+    return copy.deepcopy({"model": learner.model.state_dict(),
+                          "optimizer": learner.optimizer.state_dict()})
+
+
+def _same(a: dict, b: dict) -> bool:
+    flat_a, flat_b = _flatten(a), _flatten(b)
+    return flat_a.keys() == flat_b.keys() and all(
+        torch.equal(flat_a[k], flat_b[k]) if torch.is_tensor(flat_a[k]) else flat_a[k] == flat_b[k]
+        for k in flat_a)
+
+
+def _flatten(d, prefix=""):
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_update_is_skipped_leaving_everything_untouched(bad):
+    learner = _learner()
+    learner.train(_dataset(), lambda: None)  # optimizer state exists now
+    before, version = _state(learner), learner.policy_version
+    stats = learner.train(_dataset(reward=bad), lambda: None)
+    assert _same(before, _state(learner))
+    assert learner.policy_version == version
+    assert learner.skipped_updates == 1
+    assert stats["health/skipped_updates"] == 1.0
+    learner.train(_dataset(), lambda: None)  # a good update afterwards still happens
+    assert learner.policy_version == version + 1 and learner.consecutive_skips == 0
+
+
+def test_too_many_consecutive_skips_fail_with_a_clear_error():
+    learner = _learner(max_consecutive_skipped_updates=3)
+    for _ in range(2):
+        learner.train(_dataset(reward=float("nan")), lambda: None)
+    with pytest.raises(NonFiniteTrainingError, match="3 SGD steps in a row"):
+        learner.train(_dataset(reward=float("nan")), lambda: None)
+
+
+def test_masked_non_finite_rewards_do_not_poison_the_update():
+    learner = _learner()
+    data = _dataset()
+    data.rewards[3, 1] = float("nan")
+    data.valids[3, 1] = 0.0  # an env fault's transition: never trained on
+    learner.train(data, lambda: None)
+    assert learner.skipped_updates == 0
+    assert all(torch.isfinite(p).all() for p in learner.model.parameters())
+
+
+def test_no_checkpoint_holds_a_non_finite_value():
+    learner = _learner()
+    learner.assert_finite()
+    with torch.no_grad():
+        next(learner.model.parameters())[0].fill_(float("nan"))
+    with pytest.raises(NonFiniteTrainingError, match="refusing to write a checkpoint"):
+        learner.assert_finite()
+
+
+def test_checkpoint_of_another_model_gives_a_clear_error():
+    other = Learner(make_config(mlp_hidden_sizes=(8,)), OBS, ACT, torch.device("cpu"))
+    with pytest.raises(ValueError, match="does not fit this model"):
+        _learner().load_state_dict(other.state_dict())
