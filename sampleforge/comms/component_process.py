@@ -44,11 +44,25 @@ def _die_with_parent() -> None:
         pass  # best effort: the runner also stops children explicitly
 
 
+def _name_process(name: str) -> None:
+    """Show the component's name in ps/top (Linux keeps 15 bytes)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL("libc.so.6", use_errno=True)
+            pr_set_name = 15
+            short = (name.replace("rollout_worker_", "rollout")
+                     .replace("inference_worker_p", "infer").replace("learner_p", "learner"))
+            libc.prctl(pr_set_name, f"sf:{short}".encode()[:15])
+        except OSError:
+            pass
+
+
 def component_main(name: str, build: Callable[..., Component], kwargs: dict[str, Any],
                    report_queue, parent_pid: int, torch_threads: int = 1) -> None:
     """Entry point of a component process: build, poll until stopped, report everything."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    _name_process(name)
     if os.getppid() != parent_pid:  # the runner died before we could arm the signal
         os._exit(1)
     import torch
