@@ -23,7 +23,7 @@ from sampleforge.cli.signals import early_exit_code, record_early_signals
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import ConfigArgumentParser
 
-SUBCOMMANDS = ("train", "enjoy", "eval", "plot", "export")
+SUBCOMMANDS = ("train", "enjoy", "eval", "plot", "export", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

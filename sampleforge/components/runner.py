@@ -122,6 +122,7 @@ class Runner:
         self.supervisor: Supervisor | None = None
         self._training = False
         self.env_faults = 0
+        self.inference_stats = [0, 0]  # batches served, samples in them
         self.wiring = None
         self.writer: MetricsWriter | None = None
         self._stop_signal: Optional[int] = None
@@ -312,6 +313,8 @@ class Runner:
             p.lag_reports += 1
         elif isinstance(msg, InferenceReport):
             self._add_timings("inference", msg.timings)
+            self.inference_stats[0] += msg.batches
+            self.inference_stats[1] += msg.samples
         elif isinstance(msg, LearnerReady):
             p.env_steps[msg.policy_id] = msg.env_steps
             p.policy_version[msg.policy_id] = msg.policy_version

@@ -1,0 +1,1 @@
+"""Throughput measurement: pure simulation, compute limit and training FPS (`sampleforge bench`)."""

@@ -1,0 +1,197 @@
+"""The three throughput measurements of `sampleforge bench`, each on the same env and model.
+
+- `pure_simulation_fps`: random actions, one process per core, no model: the upper bound of
+  the paper's Table 1. Frames = agent steps x frameskip.
+- `compute_costs`: seconds per sample of each workload measured alone on one core: an env step,
+  a batched inference forward pass at the batch size the system actually forms, and a learner
+  forward + backward over a dataset (all its epochs) divided by the samples in it.
+  `compute_limit_fps` = cores / (sum of the three): what an ideal asynchronous system sharing
+  the cores between the three would reach.
+- `training_fps`: the full system, steady state after a warm-up.
+
+Must not: change how training runs; it only drives the public components.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from sampleforge.components.batcher import Dataset
+from sampleforge.components.learner import Learner
+from sampleforge.components.model_factory import make_actor_critic
+from sampleforge.components.runner import Runner
+from sampleforge.config import Config
+from sampleforge.envs.registry import EnvContext, EnvSpec, env_info, make_env, resolve_env
+from sampleforge.spaces import action_spec, observation_specs
+
+# --- pure simulation ------------------------------------------------------------------------
+
+
+def _simulate(env_spec: EnvSpec, num_envs: int, seconds: float, index: int) -> int:
+    """Step `num_envs` envs with random actions for `seconds`; returns agent steps."""
+    torch.set_num_threads(1)
+    envs = [make_env(env_spec, EnvContext(worker_index=index, env_index=i, seed=index * 1000 + i))
+            for i in range(num_envs)]
+    for env in envs:
+        env.reset()
+    space = envs[0].action_space
+    actions = [space.sample() for _ in range(1024)]  # sampling is not simulation
+    steps, deadline = 0, time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        for env in envs:
+            _, _, terminated, truncated, _ = env.step(actions[steps % 1024])
+            if terminated or truncated:
+                env.reset()
+            steps += 1
+    for env in envs:
+        env.close()
+    return steps
+
+
+def pure_simulation_fps(env_name: str, *, processes: int, envs_per_process: int,
+                        seconds: float) -> float:
+    """Env frames per second of `processes` processes stepping envs with random actions."""
+    spec = resolve_env(env_name)
+    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+        steps = pool.starmap(_simulate, [(spec, envs_per_process, seconds, i)
+                                         for i in range(processes)])
+    return sum(steps) * spec.frameskip / seconds
+
+
+# --- compute limit --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ComputeCosts:
+    """Seconds per sample (agent step) of each workload, measured alone on one core."""
+
+    env_step: float
+    inference: float
+    learner: float
+    inference_batch_size: int
+
+    def limit_fps(self, cores: int, frameskip: int) -> float:
+        return cores / (self.env_step + self.inference + self.learner) * frameskip
+
+
+def _time_per_call(fn, min_seconds: float) -> float:
+    fn()  # warm up (allocations, lazy initialisation)
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < min_seconds:
+        fn()
+        calls += 1
+    return (time.perf_counter() - start) / calls
+
+
+def compute_costs(cfg: Config, inference_batch_size: int, seconds: float = 3.0) -> ComputeCosts:
+    torch.set_num_threads(1)
+    env = env_info(cfg.env)
+    env_step = _simulate(resolve_env(cfg.env), 1, seconds, 0)
+    env_step_sec = seconds / max(env_step, 1)
+    model = make_actor_critic(cfg, env.observation_space, env.action_space).eval()
+    obs = _random_obs(observation_specs(env.observation_space), (inference_batch_size,))
+    rnn = torch.zeros(inference_batch_size, model.rnn_state_size)
+
+    def infer():
+        with torch.inference_mode():
+            model.act(obs, rnn)
+
+    inference_sec = _time_per_call(infer, seconds) / inference_batch_size
+    learner = Learner(cfg, env.observation_space, env.action_space, torch.device("cpu"))
+    data = _random_dataset(cfg, env)
+    learner_sec = _time_per_call(lambda: learner.train(data, lambda: None), seconds)
+    return ComputeCosts(env_step_sec, inference_sec, learner_sec / cfg.dataset_size,
+                        inference_batch_size)
+
+
+def _random_obs(specs, lead: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    out = {}
+    for key, spec in specs.items():
+        if spec.dtype == torch.uint8:
+            out[key] = torch.randint(0, 256, lead + spec.shape, dtype=torch.uint8)
+        else:
+            out[key] = torch.randn(lead + spec.shape)
+    return out
+
+
+def _random_dataset(cfg: Config, env) -> Dataset:
+    T, B = cfg.rollout + 1, cfg.dataset_size // cfg.rollout
+    spec = action_spec(env.action_space)
+    actions = (torch.zeros((T, B) + spec.shape, dtype=spec.dtype) if spec.dtype == torch.int64
+               else torch.randn((T, B) + spec.shape))
+    model = make_actor_critic(cfg, env.observation_space, env.action_space)
+    return Dataset(obs=_random_obs(observation_specs(env.observation_space), (T, B)),
+                   actions=actions, rnn_states=torch.zeros(T, B, model.rnn_state_size),
+                   rewards=torch.randn(T, B), dones=torch.zeros(T, B), valids=torch.ones(T, B),
+                   log_probs=torch.full((T, B), -1.0), values=torch.zeros(T, B),
+                   policy_versions=torch.zeros(T, B, dtype=torch.int64))
+
+
+# --- training -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingMeasurement:
+    fps: float
+    mean_policy_lag: float
+    mean_inference_batch: float
+    perf: dict[str, float]
+    memory_mb: float
+
+
+def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> TrainingMeasurement:
+    """Steady-state env frames per second of the full system (after `warmup_sec`)."""
+    samples: list[tuple[float, int, float, int]] = []
+    with Runner(cfg) as runner:
+        runner.start()
+
+        def record(status) -> bool:
+            p = runner.progress
+            samples.append((time.monotonic(), p.frames_collected, p.lag_sum, p.lag_reports))
+            return True
+
+        runner.train(seconds=warmup_sec + measure_sec, callback=record,
+                     callback_every_env_steps=max(1, cfg.dataset_size))
+        memory = _tree_memory_mb(os.getpid())
+        perf = dict(runner.progress.timings)
+        perf.update({k: v for k, v in runner.progress.last_stats.items() if k.startswith("perf/")})
+        batches = runner.inference_stats
+    start = next(s for s in samples if s[0] - samples[0][0] >= warmup_sec)
+    end = samples[-1]
+    fps = (end[1] - start[1]) / max(end[0] - start[0], 1e-9)
+    lag = (end[2] - start[2]) / max(end[3] - start[3], 1)
+    mean_batch = batches[1] / batches[0] if batches[0] else float("nan")
+    return TrainingMeasurement(fps, lag, mean_batch, perf, memory)
+
+
+def _tree_memory_mb(root: int) -> float:
+    """Proportional set size of `root` and its children: shared memory counted once."""
+    total = 0.0
+    for pid in [root] + _children(root):
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) / 1024
+        except OSError:
+            continue
+    return total
+
+
+def _children(root: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{root}/task/{root}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def median(values: list[float]) -> float:
+    values = sorted(v for v in values if math.isfinite(v))
+    return float(np.median(values)) if values else float("nan")

@@ -1,0 +1,131 @@
+"""`sampleforge bench`: training throughput against pure simulation and the compute limit.
+
+    sampleforge bench --env CartPole-v1
+    sampleforge bench --env atari_breakout --num_envs_per_worker 16 --json
+    sampleforge bench --env atari_breakout --sweep --sweep_envs 8,32,128,512,1024
+
+Takes every training flag (the system is measured as `train` would run it). See
+`sampleforge/bench/report.py` for the JSON keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from sampleforge.config.cli_args import add_config_arguments, config_from_args
+
+HELP = "Measure training FPS against pure simulation and the machine's compute limit."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("benchmark")
+    group.add_argument("--duration", type=float, default=60.0,
+                       help="seconds of steady-state training measured (default: 60)")
+    group.add_argument("--warmup", type=float, default=15.0,
+                       help="seconds of training before measuring (default: 15)")
+    group.add_argument("--json", action="store_true", help="also print one JSON object")
+    group.add_argument("--cores", type=int, default=os.cpu_count(),
+                       help="cores for pure simulation and the compute limit (default: all)")
+    group.add_argument("--sweep", action="store_true",
+                       help="repeat training over total env counts; writes CSV and PNG")
+    group.add_argument("--sweep_envs", default="8,16,32,64,128,256,512,1024",
+                       help="total env counts of the sweep, comma separated")
+    group.add_argument("--out", default="bench_results",
+                       help="folder for the sweep's CSV and PNG (default: bench_results)")
+    add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from sampleforge.bench.measure import compute_costs, pure_simulation_fps, training_fps
+    from sampleforge.bench.report import BenchReport, bottleneck
+
+    base = _bench_config(args)
+    if args.sweep:
+        return _sweep(args, base)
+    frameskip = _frameskip(base.env)
+    print(f"measuring pure simulation of {base.env} on {args.cores} cores ...", file=sys.stderr)
+    pure = pure_simulation_fps(base.env, processes=args.cores,
+                               envs_per_process=base.envs_per_split, seconds=10)
+    print("measuring training ...", file=sys.stderr)
+    train = training_fps(base, warmup_sec=args.warmup, measure_sec=args.duration)
+    batch = max(1, round(train.mean_inference_batch)) if train.mean_inference_batch > 0 else 1
+    print(f"measuring per-sample costs (inference batch {batch}) ...", file=sys.stderr)
+    costs = compute_costs(base, batch)
+    report = BenchReport(
+        env=base.env, num_envs=base.num_workers * base.num_envs_per_worker, cores=args.cores,
+        frameskip=frameskip, pure_sim_fps=pure,
+        compute_limit_fps=costs.limit_fps(args.cores, frameskip), train_fps=train.fps,
+        mean_policy_lag=train.mean_policy_lag, inference_batch_size=train.mean_inference_batch,
+        costs_us={"env_step": costs.env_step * 1e6, "inference": costs.inference * 1e6,
+                  "learner": costs.learner * 1e6},
+        memory_mb=train.memory_mb, bottleneck=bottleneck(train.perf), perf=train.perf)
+    print("\n".join(report.lines()))
+    if args.json:
+        print(report.to_json())
+    return 0
+
+
+def _bench_config(args: argparse.Namespace):
+    cfg = config_from_args(args)
+    # A throwaway experiment: a benchmark never resumes or touches a user's run.
+    return cfg.replace(train_dir=tempfile.mkdtemp(prefix="sampleforge_bench_"),
+                       restart_behavior="overwrite", stop_at_mean_return=float("inf"),
+                       train_for_env_steps=10**12, save_every_sec=10**9, tensorboard=False)
+
+
+def _frameskip(env: str) -> int:
+    from sampleforge.envs.registry import env_info
+    return env_info(env).frameskip
+
+
+def _sweep(args: argparse.Namespace, base) -> int:
+    from sampleforge.bench.measure import training_fps
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for total in [int(x) for x in args.sweep_envs.split(",")]:
+        per_worker = max(base.worker_num_splits, total // base.num_workers)
+        per_worker -= per_worker % base.worker_num_splits
+        cfg = base.replace(num_envs_per_worker=per_worker)
+        m = training_fps(cfg, warmup_sec=args.warmup, measure_sec=args.duration)
+        envs = per_worker * cfg.num_workers
+        rows.append({"num_envs": envs, "train_fps": round(m.fps, 1),
+                     "mean_policy_lag": round(m.mean_policy_lag, 2),
+                     "memory_mb": round(m.memory_mb, 1),
+                     "memory_mb_per_env": round(m.memory_mb / envs, 3)})
+        print(f"{envs:>6} envs: {m.fps:>10,.0f} frames/s  lag {m.mean_policy_lag:5.1f}  memory "
+              f"{m.memory_mb:8,.0f} MB ({m.memory_mb / envs:.2f} MB/env)", flush=True)
+    csv_path = out / f"sweep_{base.env}.csv"
+    with open(csv_path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    png_path = _plot_sweep(rows, base.env, out / f"sweep_{base.env}.png")
+    print(f"wrote {csv_path} and {png_path}")
+    return 0
+
+
+def _plot_sweep(rows: list[dict], env: str, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    envs = [r["num_envs"] for r in rows]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+    ax1.plot(envs, [r["train_fps"] for r in rows], marker="o")
+    ax1.set(xscale="log", xlabel="environments", ylabel="training frames/s", title=env)
+    ax2.plot(envs, [r["memory_mb_per_env"] for r in rows], marker="o", color="tab:orange")
+    ax2.set(xscale="log", xlabel="environments", ylabel="MB per env", title="memory per env")
+    for ax in (ax1, ax2):
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
