@@ -28,9 +28,17 @@ class SamplerLedger:
                             for p, n in num_slots.items()}
         self.generations = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.heartbeats = torch.zeros(num_workers, dtype=torch.float64).share_memory_()
+        self._heartbeats_np = None
 
     def beat(self, worker: int) -> None:
-        self.heartbeats[worker] = time.time()
+        """Called on every rollout-worker poll: through a numpy view, ~100x cheaper than a
+        tensor item assignment."""
+        if self._heartbeats_np is None:
+            self._heartbeats_np = self.heartbeats.numpy()
+        self._heartbeats_np[worker] = time.time()
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_heartbeats_np": None}  # views are rebuilt in each process
 
     def seconds_since_beat(self, worker: int) -> float:
         last = float(self.heartbeats[worker])

@@ -8,6 +8,7 @@ which is what serial mode uses.
 
 from __future__ import annotations
 
+import pickle
 import queue as std_queue
 from typing import Any
 
@@ -16,9 +17,15 @@ from faster_fifo import Queue
 DEFAULT_QUEUE_BYTES = 1 << 20
 
 
+def _dumps(message: Any) -> bytes:
+    # Plain pickle: messages never hold tensors or file descriptors, so the multiprocessing
+    # pickler (and its per-message setup cost) is not needed.
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def make_queue(max_size_bytes: int = DEFAULT_QUEUE_BYTES) -> Queue:
     """A new inter-process queue holding at most `max_size_bytes` of pickled messages."""
-    return Queue(max_size_bytes=max_size_bytes)
+    return Queue(max_size_bytes=max_size_bytes, dumps=_dumps, loads=pickle.loads)
 
 
 def receive(q: Queue, timeout: float, max_messages: int = 1 << 16) -> list[Any]:
