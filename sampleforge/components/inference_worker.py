@@ -34,6 +34,7 @@ from sampleforge.comms.messages import (
 from sampleforge.comms.queues import receive, send_many
 
 REPORT_EVERY_SEC = 1.0
+REQUEST_POLL_SEC = 0.0002
 
 
 class InferenceWorker:
@@ -69,7 +70,7 @@ class InferenceWorker:
         """Serve every waiting request (waiting up to `timeout` s for the first)."""
         for msg in receive(self.control_queue, 0):
             self._handle_control(msg)
-        requests = self._current(receive(self.request_queue, timeout))
+        requests = self._current(self._receive_requests(timeout))
         if requests:
             self._serve(requests)
         self._maybe_report()
@@ -82,6 +83,20 @@ class InferenceWorker:
             self.running = False
         elif not isinstance(msg, (Pause, Resume)):  # nothing to pause: requests just stop
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _receive_requests(self, timeout: float) -> list[InferenceRequested]:
+        """Requests waiting now, or arriving within `timeout`.
+
+        Polls instead of blocking in the queue: a process killed while waiting on a
+        process-shared condition variable can leave it so that the next signal blocks forever,
+        and every rollout worker signals this queue. Only the worker's own queues are waited on.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            requests = receive(self.request_queue, 0.0)
+            if requests or time.monotonic() >= deadline:
+                return requests
+            time.sleep(REQUEST_POLL_SEC)
 
     def _current(self, requests: list[InferenceRequested]) -> list[InferenceRequested]:
         """Drop requests of replaced rollout workers: their slots may belong to others now."""
@@ -132,11 +147,11 @@ class InferenceWorker:
         buf.rnn_states[slots, steps + 1] = out.new_rnn_states.reshape(n, rows, state_size).cpu()
 
     def _notify(self, requests: list[InferenceRequested]) -> None:
-        by_worker: dict[int, list[ActionsReady]] = defaultdict(list)
+        by_inbox: dict[tuple[int, int], list[ActionsReady]] = defaultdict(list)
         for r in requests:
-            by_worker[r.worker].append(ActionsReady(r.split, r.step))
-        for worker, messages in by_worker.items():
-            send_many(self.rollout_inboxes[worker], messages)
+            by_inbox[(r.worker, r.generation)].append(ActionsReady(r.split, r.step))
+        for (worker, generation), messages in by_inbox.items():
+            send_many(self.rollout_inboxes[worker][generation], messages)
 
     def _maybe_report(self) -> None:
         now = time.monotonic()

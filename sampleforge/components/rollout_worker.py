@@ -99,12 +99,14 @@ class RolloutWorker:
     def start(self) -> None:
         """Reset every env and ask for the first actions of every split."""
         for split in self.splits:
-            if not self._acquire_slot(split, block=True):
-                raise RuntimeError(f"{self.name}: no free trajectory slot at start")
             views = self._views[split.policy_id]
-            split.envs.reset_all(views.obs_at(split.slot, 0))
-            views.rnn_states[split.slot, 0] = 0.0
-            self._request_actions(split)
+            first_obs = {k: np.empty_like(v[0, 0]) for k, v in views.obs.items()}
+            split.envs.reset_all(first_obs)
+            split.carried = (first_obs, np.zeros_like(views.rnn_states[0, 0]))
+            # Never block on the shared free-slot queue (see `poll`): a split without a slot
+            # waits parked until one is free.
+            if self._acquire_slot(split):
+                self._request_actions(split)
         self._started = True
 
     def poll(self, timeout: float) -> None:
@@ -114,7 +116,7 @@ class RolloutWorker:
             self.start()
         parked = [s for s in self.splits if s.slot < 0]
         for split in parked:
-            if self._acquire_slot(split, block=False):
+            if self._acquire_slot(split):
                 self._request_actions(split)
         wait = min(timeout, 0.01) if parked else timeout
         t0 = time.perf_counter()
@@ -197,7 +199,7 @@ class RolloutWorker:
         buffer = self.buffers[split.policy_id]
         finished = split.slot
         split.step = 0
-        if self._acquire_slot(split, block=False):
+        if self._acquire_slot(split):
             buffer.carry_over(finished, split.slot)
         else:
             # Keep step T ourselves: once handed over, the slot may be reused at any time.
@@ -209,10 +211,13 @@ class RolloutWorker:
         send_many(self.learner_queues[split.policy_id], [TrajectoryReady(
             split.policy_id, finished, len(split.envs), self.worker_index)])
 
-    def _acquire_slot(self, split: _Split, block: bool) -> bool:
+    def _acquire_slot(self, split: _Split) -> bool:
+        """Take a free slot if there is one now (never waits: a process killed while waiting
+        on a shared queue could leave it unusable for everyone)."""
         try:
-            split.slot = self.free_slots[split.policy_id].get(block=block, timeout=10.0)
+            split.slot = self.free_slots[split.policy_id].get(block=False)
         except Empty:
+            split.slot = -1
             return False
         self.ledger.slot_owners[split.policy_id][split.slot] = self.worker_index
         if split.carried is not None:

@@ -224,7 +224,11 @@ class Runner:
             self.wiring = None
 
     def _stop_components(self) -> None:
-        for spec in self.wiring.specs:
+        dead = self.host.dead()
+        specs = self.supervisor.current_specs() if self.supervisor else self.wiring.specs
+        for spec in specs:
+            if spec.name in dead:
+                continue  # never signal the queue of a killed process (it may block forever)
             try:
                 send_many(spec.control_queue, [Stop()], timeout=1.0)
             except Exception:  # noqa: BLE001 - a full queue must not stop the shutdown
@@ -428,8 +432,8 @@ class Runner:
 
     # --- signals --------------------------------------------------------------------------------
     def _broadcast_to_rollout(self, msg) -> None:
-        for inbox in self.wiring.rollout_inboxes:
-            send_many(inbox, [msg])
+        for w in range(self.cfg.num_workers):
+            send_many(self.wiring.rollout_inbox(w), [msg])
 
     def _install_signal_handlers(self):
         """From start to close, SIGINT/SIGTERM end `train` cleanly; a second SIGINT kills

@@ -22,7 +22,7 @@ from typing import Callable
 
 from sampleforge.comms.hosts import ComponentSpec
 from sampleforge.comms.messages import ResendRequests, Resume
-from sampleforge.comms.queues import receive, send_many
+from sampleforge.comms.queues import send_many
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +63,10 @@ class Supervisor:
                 self._on_death(name, code)
         self._start_due_replacements()
 
+    def current_specs(self) -> list[ComponentSpec]:
+        """The spec of every component as it runs now (replacements included)."""
+        return list(self.specs.values())
+
     def health_metrics(self) -> dict[str, float]:
         return {f"health/{kind}_restarts": float(n) for kind, n in self.restarts.items()}
 
@@ -83,14 +87,16 @@ class Supervisor:
             self._replace_rollout_worker(name)
         else:
             self.host.start(self.specs[name])
-            for inbox in self.wiring.rollout_inboxes:
-                send_many(inbox, [ResendRequests()])
+            for w in range(self.cfg.num_workers):
+                send_many(self.wiring.rollout_inbox(w), [ResendRequests()])
 
     def _replace_rollout_worker(self, name: str) -> None:
         spec = self.specs[name]
         worker = spec.kwargs["worker_index"]
         generation = self.wiring.ledger.retire(worker)
-        spec = dataclasses.replace(spec, kwargs={**spec.kwargs, "generation": generation})
+        inbox = self.wiring.rollout_inboxes[worker][generation]  # a fresh one, never used
+        spec = dataclasses.replace(spec, control_queue=inbox, kwargs={
+            **spec.kwargs, "generation": generation, "inbox": inbox})
         self.specs[name] = spec
         self._pending.append(_PendingReplacement(spec, worker, time.monotonic() + QUARANTINE_SEC))
 
@@ -100,10 +106,9 @@ class Supervisor:
         self._pending = [p for p in self._pending if p.due > now]
         for p in due:
             self._reclaim_slots(p.worker)
-            receive(self.wiring.rollout_inboxes[p.worker], 0.0)  # answers meant for the dead one
             self.host.start(p.spec)
             if self.is_training():
-                send_many(self.wiring.rollout_inboxes[p.worker], [Resume()])
+                send_many(p.spec.control_queue, [Resume()])
 
     def _reclaim_slots(self, worker: int) -> None:
         ledger = self.wiring.ledger

@@ -44,17 +44,23 @@ class Wiring:
     buffers: dict[int, SharedTrajectoryBuffer]
     weights: dict[int, SharedPolicyWeights]
     report_queue: object
-    rollout_inboxes: list
+    # rollout_inboxes[worker][generation]: a replacement never inherits the inbox of a killed
+    # worker, whose process-shared condition variable may have been left mid-wait (signalling
+    # it could then block forever).
+    rollout_inboxes: list[list]
     inference_queues: dict[int, object]
     learner_inboxes: dict[int, object]
     free_slots: dict[int, object]
     ledger: SamplerLedger
     specs: list[ComponentSpec] = field(default_factory=list)
 
-    def all_queues(self) -> list:
-        return ([self.report_queue] + self.rollout_inboxes + list(self.inference_queues.values())
-                + list(self.learner_inboxes.values()) + list(self.free_slots.values())
-                + [s.control_queue for s in self.specs if s.name.startswith("inference")])
+    def rollout_inbox(self, worker: int) -> object:
+        """The inbox of the worker's current generation."""
+        return self.rollout_inboxes[worker][int(self.ledger.generations[worker])]
+
+
+# Inboxes carry only (split, step) answers and a few commands.
+INBOX_BYTES = 64 << 10
 
 
 def trajectory_layout(cfg: Config, env: EnvInfo, rnn_state_size: int) -> TrajectoryLayout:
@@ -77,7 +83,8 @@ def wire(cfg: Config, env_spec: EnvSpec, env: EnvInfo, device: torch.device,
         buffers={p: SharedTrajectoryBuffer(layout) for p in policies},
         weights={p: SharedPolicyWeights(model_numel(probe), device) for p in policies},
         report_queue=make_queue(4 << 20),
-        rollout_inboxes=[make_queue() for _ in range(cfg.num_workers)],
+        rollout_inboxes=[[make_queue(INBOX_BYTES) for _ in range(cfg.max_component_restarts + 1)]
+                         for _ in range(cfg.num_workers)],
         inference_queues={p: make_queue() for p in policies},
         learner_inboxes={p: make_queue() for p in policies},
         free_slots={p: make_queue() for p in policies},
@@ -117,7 +124,7 @@ def _inference_spec(cfg: Config, p: int, i: int, env: EnvInfo, device: torch.dev
 
 def _rollout_spec(cfg: Config, w: int, env_spec: EnvSpec, env: EnvInfo,
                   wiring: Wiring) -> ComponentSpec:
-    inbox = wiring.rollout_inboxes[w]
+    inbox = wiring.rollout_inboxes[w][0]
     return ComponentSpec(f"rollout_worker_{w}", RolloutWorker, dict(
         worker_index=w, env_spec=env_spec, num_envs=cfg.num_envs_per_worker,
         num_splits=cfg.worker_num_splits, buffers=wiring.buffers, inbox=inbox,

@@ -195,8 +195,9 @@ def range_problems(cfg: Config) -> list[str]:
     for name in _UNIT_INTERVAL:
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(f"{name}: {getattr(cfg, name)} must be in [0, 1]")
-    if cfg.max_component_restarts < 0:
-        problems.append(f"max_component_restarts: {cfg.max_component_restarts} must be >= 0")
+    if not 0 <= cfg.max_component_restarts <= 100:
+        problems.append(f"max_component_restarts: {cfg.max_component_restarts} must be in "
+                        "[0, 100] (each allowed restart reserves a fresh inbox per worker)")
     for name in _NON_NEGATIVE:
         if not getattr(cfg, name) >= 0:
             problems.append(f"{name}: {getattr(cfg, name)} must be >= 0")
