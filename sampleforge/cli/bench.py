@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sampleforge.bench.measure import compute_costs, pure_simulation_fps, training_fps
-    from sampleforge.bench.report import BenchReport, bottleneck
+    from sampleforge.bench.report import BenchReport
+    from sampleforge.telemetry.bottleneck import bottleneck
 
     base = _bench_config(args)
     if args.sweep:

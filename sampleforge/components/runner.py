@@ -62,6 +62,7 @@ from sampleforge.telemetry import (
     format_status_line,
     write_summary,
 )
+from sampleforge.telemetry.bottleneck import bottleneck
 from sampleforge.telemetry.status import TrainingStatus
 
 log = logging.getLogger(__name__)
@@ -414,7 +415,7 @@ class Runner:
             fps={"10s": scalars["perf/fps_10s"], "60s": scalars["perf/fps_60s"]},
             mean_return=self.episodes.mean_return, mean_length=self.episodes.mean_length,
             policy_lag=p.lag, losses=losses, learning_rate=p.last_stats.get("learner/lr"))
-        bar.write(line)
+        bar.write(f"{line} | {bottleneck(scalars)}")
         bar.update_to(p.total_env_steps)
 
     def _summary(self, reason: str, started: float, training_started: float,
