@@ -35,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="repeat training over total env counts; writes CSV and PNG")
     group.add_argument("--sweep_envs", default="8,16,32,64,128,256,512,1024",
                        help="total env counts of the sweep, comma separated")
+    group.add_argument("--tune", action="store_true",
+                       help="try envs per worker x splits for this env and print the fastest")
     group.add_argument("--out", default="bench_results",
                        help="folder for the sweep's CSV and PNG (default: bench_results)")
     add_config_arguments(parser)
@@ -48,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     base = _bench_config(args)
     if args.sweep:
         return _sweep(args, base)
+    if args.tune:
+        return _tune(args, base)
     frameskip = _frameskip(base.env)
     print(f"measuring pure simulation of {base.env} on {args.cores} cores ...", file=sys.stderr)
     pure = pure_simulation_fps(base.env, processes=args.cores,
@@ -109,6 +113,25 @@ def _sweep(args: argparse.Namespace, base) -> int:
         writer.writerows(rows)
     png_path = _plot_sweep(rows, base.env, out / f"sweep_{base.env}.png")
     print(f"wrote {csv_path} and {png_path}")
+    return 0
+
+
+def _tune(args: argparse.Namespace, base) -> int:
+    """Short training runs over envs per worker and splits; prints them fastest first."""
+    from sampleforge.bench.measure import training_fps
+
+    results = []
+    for per_worker in (8, 16, 32, 64):
+        for splits in (1, 2):
+            cfg = base.replace(num_envs_per_worker=per_worker, worker_num_splits=splits)
+            m = training_fps(cfg, warmup_sec=args.warmup, measure_sec=args.duration)
+            results.append((m.fps, per_worker, splits, m.mean_policy_lag))
+            print(f"  {per_worker:>3} envs/worker, {splits} split(s): {m.fps:>10,.0f} frames/s, "
+                  f"lag {m.mean_policy_lag:.1f}", flush=True)
+    fps, per_worker, splits, lag = max(results)
+    print(f"fastest: --num_workers {base.num_workers} --num_envs_per_worker {per_worker} "
+          f"--worker_num_splits {splits} ({fps:,.0f} frames/s, policy lag {lag:.1f}); check "
+          "that the lag suits learning before adopting it")
     return 0
 
 

@@ -15,8 +15,9 @@ reaches a mean return of 450 in about 200k env steps with these defaults.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 AlgorithmName = Literal["appo", "impala", "a3c"]
@@ -28,11 +29,19 @@ RestartBehavior = Literal["resume", "overwrite"]
 EnvErrorPolicy = Literal["restart", "fail"]
 
 
-def option(default: Any, help: str, group: str) -> Any:
-    """A config field: its default, the `--help` text and the help group it is listed under."""
+def option(default: Any, help: str, group: str, auto: Optional[Callable[[], Any]] = None) -> Any:
+    """A config field: its default, the `--help` text and the help group it is listed under.
+
+    `auto`, if given, computes the value when the user passes the word "auto".
+    """
+    metadata = {"help": help, "group": group, "auto": auto}
     if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: default, metadata={"help": help, "group": group})
-    return field(default=default, metadata={"help": help, "group": group})
+        return field(default_factory=lambda: default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 @dataclass(frozen=True)
@@ -68,7 +77,8 @@ class Config:
     # --- sampling -------------------------------------------------------------------------------
     serial_mode: bool = option(False, "Run every component in this one process (debugging, "
                                "tests).", "sampling")
-    num_workers: int = option(2, "Rollout worker processes (one per core is usual).", "sampling")
+    num_workers: int = option(2, "Rollout worker processes; auto: one per core (paper, "
+                              "appendix B).", "sampling", auto=_cores)
     num_envs_per_worker: int = option(16, "Environments simulated by each rollout worker.",
                                       "sampling")
     worker_num_splits: int = option(2, "Groups the worker's envs are split into; 2 gives "

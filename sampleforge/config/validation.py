@@ -149,11 +149,15 @@ def make_config(base: Config | None = None, **overrides: Any) -> Config:
     """
     base = base or Config()
     types_by_name = _field_types()
+    autos = {f.name: f.metadata.get("auto") for f in config_fields()}
     problems: list[str] = []
     values: dict[str, Any] = {}
     for name, value in overrides.items():
         if name not in types_by_name:
             problems.append(f"unknown setting '{name}'{suggest_name(name, types_by_name)}")
+            continue
+        if value == "auto" and autos.get(name) is not None:
+            values[name] = autos[name]()
             continue
         try:
             values[name] = coerce_value(name, value, types_by_name[name])

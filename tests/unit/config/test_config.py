@@ -330,3 +330,11 @@ def test_large_integer_string_is_exact():
     big = 2 ** 53 + 1
     assert make_config(seed=big).seed == big
     assert make_config(seed=str(big)).seed == big
+
+
+def test_num_workers_auto_is_one_per_core():
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    assert make_config(num_workers="auto").num_workers == cores
+    assert parse_config(["--num_workers", "auto"]).num_workers == cores
