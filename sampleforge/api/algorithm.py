@@ -21,6 +21,7 @@ through the runner and the shared weights.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 import time
 import uuid
@@ -32,7 +33,7 @@ from typing import Any, ClassVar, Optional, Union
 import numpy as np
 import torch
 
-from sampleforge.checkpoint.store import CheckpointStore, checkpoint_info
+from sampleforge.api.env_argument import EnvArgument, check_sendable, env_name
 from sampleforge.components.model_factory import MODEL_SETTINGS
 from sampleforge.components.runner import Runner
 from sampleforge.components.training_callback import TrainingCallback
@@ -45,7 +46,6 @@ from sampleforge.evaluation.policy_files import (
     read_weights_file,
     save_model_file,
 )
-from sampleforge.api.env_argument import EnvArgument, check_sendable, env_name
 from sampleforge.telemetry import RunSummary
 
 _DEFAULTS = Config()
@@ -89,7 +89,6 @@ class ActorCriticAlgorithm:
         self._pending: dict[int, StateDict] = {}
         self._policies: dict[int, LocalPolicy] = {}
         self._versions: dict[int, int] = {}
-        self._resumed_env_steps = _checkpoint_env_steps(self._runner)
         # Ends the worker processes when this object is closed, collected, or at exit.
         self._finalizer = weakref.finalize(self, self._runner.close)
 
@@ -106,8 +105,9 @@ class ActorCriticAlgorithm:
 
     @property
     def env_steps(self) -> int:
-        """Env steps trained so far (all `train` calls; a resumed experiment's included)."""
-        return max(self._runner.progress.total_env_steps, self._resumed_env_steps)
+        """Env steps trained so far (all `train` calls; once the processes run, a resumed
+        experiment's steps included)."""
+        return self._runner.progress.total_env_steps
 
     @property
     def runner(self) -> Runner:
@@ -124,11 +124,12 @@ class ActorCriticAlgorithm:
         `callback_every_env_steps` env steps; returning False stops training early
         (`stopped_because == "callback"`). Returns the summary of this call.
         """
-        if isinstance(train_for_env_steps, bool) or not isinstance(train_for_env_steps, int) \
-                or train_for_env_steps < 1:
-            raise ValueError(f"train_for_env_steps: {train_for_env_steps!r} must be an int >= 1")
+        if isinstance(train_for_env_steps, (bool, float)) or not isinstance(
+                train_for_env_steps, numbers.Integral) or train_for_env_steps < 1:
+            raise ValueError(f"train_for_env_steps: {train_for_env_steps!r} must be an integer "
+                             ">= 1")
         runner = self._ensure_started()
-        target = self.env_steps + train_for_env_steps
+        target = self.env_steps + int(train_for_env_steps)
         return runner.train(until_env_steps=target, seconds=seconds, callback=callback,
                             callback_every_env_steps=callback_every_env_steps)
 
@@ -318,14 +319,6 @@ def _unique_experiment(algorithm: str, env: str) -> str:
     """A new experiment folder name: algorithm, env, time and a random suffix."""
     safe_env = re.sub(r"[^A-Za-z0-9_.-]", "_", env)
     return f"{algorithm}_{safe_env}_{time.strftime('%Y%m%d-%H%M%S')}_{uuid.uuid4().hex[:6]}"
-
-
-def _checkpoint_env_steps(runner: Runner) -> int:
-    """Env steps of the checkpoint a resumed experiment starts from (0 for a new one)."""
-    if not runner.resume:
-        return 0
-    latest = CheckpointStore(runner.exp.checkpoint_dir(0)).latest()
-    return 0 if latest is None else checkpoint_info(latest)[1]
 
 
 def _first_problem(err: RuntimeError) -> str:

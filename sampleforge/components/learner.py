@@ -164,12 +164,22 @@ class Learner:
             raise NonFiniteTrainingError(f"non-finite values in {', '.join(bad[:5])}; "
                                          "refusing to write a checkpoint")
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_weights(self, model_state: dict) -> None:
+        """Replace the model's weights (Python API, PBT). The policy version moves on, so
+        inference workers pick the new weights up at once and samples acted by the old ones
+        count as lagging."""
+        self._load_model(model_state)
+        self.policy_version += 1
+
+    def _load_model(self, model_state: dict) -> None:
         try:
-            self.model.load_state_dict(state["model"])
+            self.model.load_state_dict(model_state)
         except RuntimeError as e:
             raise ValueError(f"checkpoint does not fit this model ({_first_line(e)}); was it "
                              "written for another env or model config?") from None
+
+    def load_state_dict(self, state: dict) -> None:
+        self._load_model(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.policy_version = int(state["policy_version"])
         self.env_steps = int(state["env_steps"])

@@ -92,7 +92,7 @@ class LearnerWorker:
         elif isinstance(msg, SaveCheckpoint):
             self._save(msg)
         elif isinstance(msg, LoadWeights):
-            self.learner.model.load_state_dict(msg.state_dict)
+            self.learner.load_weights(msg.state_dict)
             self.weights.publish(self.learner.model, self.learner.policy_version)
         elif isinstance(msg, Stop):
             self.running = False

@@ -129,16 +129,24 @@ class Runner:
         self._stop_signal: Optional[int] = None
         self._last_checkpoint: Optional[CheckpointSaved] = None
         self._closed = False
-        self._all_started = False
-        self._restore_signals = lambda: None
+        self.interrupted_by: Optional[int] = None
         self.evaluation: TrainingEvaluation | None = None  # with eval_every_env_steps
         self._callback: CallbackSchedule | None = None  # set during `train`
         self._train_call = (0, time.monotonic())  # (env steps, time) when `train` began
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Allocate shared memory and queues, start every component, wait until all run."""
-        self._restore_signals = self._install_signal_handlers()
+        """Allocate shared memory and queues, start every component, wait until all run.
+
+        SIGINT/SIGTERM during `start` and `train` end them cleanly (see `_install_signal_
+        handlers`); between calls the caller's own handlers are in place."""
+        restore_signals = self._install_signal_handlers()
+        try:
+            self._start()
+        finally:
+            restore_signals()
+
+    def _start(self) -> None:
         self.wiring = wire(self.cfg, self.env_spec, self.env, self.device, self.exp, self.resume)
         self.evaluation = TrainingEvaluation.attach(self.cfg, self.env_spec, self.env, self.exp,
                                                     self.wiring)
@@ -169,7 +177,6 @@ class Runner:
                 else:
                     self._on_report(msg)
             self._check_processes()
-        self._all_started = not pending
 
     def train(self, until_env_steps: Optional[int] = None,
               seconds: Optional[float] = None, callback: Optional[TrainingCallback] = None,
@@ -183,6 +190,21 @@ class Runner:
         started = time.monotonic()
         if self.host is None:
             self.start()
+        if self._stop_signal is not None:
+            # Interrupted while starting: nothing was trained, the previous checkpoint stands.
+            self._stop_signal = None
+            return self._summary("interrupted", started, started, self.progress.total_env_steps)
+        restore_signals = self._install_signal_handlers()
+        try:
+            return self._train(started, until_env_steps, seconds, callback,
+                               callback_every_env_steps)
+        finally:
+            restore_signals()
+            self._stop_signal = None
+
+    def _train(self, started: float, until_env_steps: Optional[int], seconds: Optional[float],
+               callback: Optional[TrainingCallback],
+               callback_every_env_steps: Optional[int]) -> RunSummary:
         target = until_env_steps or self.cfg.train_for_env_steps
         seconds = self.cfg.train_for_seconds if seconds is None else seconds
         steps_at_start = self.progress.total_env_steps
@@ -190,9 +212,6 @@ class Runner:
         self._callback = None if callback is None else CallbackSchedule(
             callback, every_env_steps=callback_every_env_steps, env_steps=steps_at_start,
             training_reports=self.progress.lag_reports)
-        if self._stop_signal is not None and not self._all_started:
-            # Interrupted while starting: nothing was trained, the previous checkpoint stands.
-            return self._summary("interrupted", started, started, steps_at_start)
         training_started = time.monotonic()
         self.fps = FpsMeter()
         bar = ProgressBar(target, initial=steps_at_start)
@@ -221,7 +240,6 @@ class Runner:
         finally:
             if self.writer is not None:
                 self.writer.close()
-            self._restore_signals()
             self.wiring = None
 
     def _stop_components(self) -> None:
@@ -437,8 +455,9 @@ class Runner:
             send_many(self.wiring.rollout_inbox(w), [msg])
 
     def _install_signal_handlers(self):
-        """From start to close, SIGINT/SIGTERM end `train` cleanly; a second SIGINT kills
-        every child and exits at once."""
+        """While `start` or `train` runs, SIGINT/SIGTERM end it cleanly (a final checkpoint,
+        `stopped_because == "interrupted"`); a second SIGINT kills every child and exits at
+        once. Returns the function that puts the previous handlers back."""
         if not _in_main_thread():
             return lambda: None
         previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -449,6 +468,7 @@ class Runner:
                     self.host.kill_all()
                 os._exit(130)
             self._stop_signal = signum
+            self.interrupted_by = signum
 
         for s in previous:
             signal.signal(s, handler)
@@ -460,8 +480,8 @@ class Runner:
 
     @property
     def stop_signal(self) -> Optional[int]:
-        """The signal that interrupted training, if any."""
-        return self._stop_signal
+        """The last signal that interrupted `start` or `train`, if any."""
+        return self.interrupted_by
 
 
 def _in_main_thread() -> bool:

@@ -22,31 +22,7 @@ import pytest
 from sampleforge.checkpoint import CheckpointStore, checkpoint_info
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every descendant of `pid`, from /proc."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                parents[int(entry.name)] = int(fields[1])
-            except (OSError, IndexError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {p for p, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except OSError:
-        return False
+from sampleforge.testing.processes import descendants, is_alive
 
 
 def _rows(csv: Path) -> int:
@@ -67,11 +43,11 @@ def _wait_training(proc: subprocess.Popen, progress: Path, rows: int = 1) -> set
         assert proc.poll() is None, proc.communicate()[0]
         time.sleep(0.1)
     assert _rows(progress) >= rows, "training did not start"
-    return _descendants(proc.pid)
+    return descendants(proc.pid)
 
 
 def _wait_gone(pids: set[int], since: float, limit: float) -> float:
-    while [p for p in pids if _alive(p)] and time.monotonic() - since < limit:
+    while [p for p in pids if is_alive(p)] and time.monotonic() - since < limit:
         time.sleep(0.05)
     return time.monotonic() - since
 
@@ -96,7 +72,7 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, 
     elapsed = _wait_gone(children, t0, 10)  # helpers like the resource tracker follow the runner
     assert elapsed < 10, f"took {elapsed:.1f} s to stop\n{out}"
     assert proc.returncode == exit_code, out
-    assert not [p for p in children if _alive(p)], "child processes left behind"
+    assert not [p for p in children if is_alive(p)], "child processes left behind"
     assert set(os.listdir("/dev/shm")) - shm_before == set()
     assert "interrupted" in out
     version, env_steps = _latest(tmp_path / "sig" / "checkpoints" / "p0")
@@ -121,11 +97,11 @@ def test_sigint_at_random_moments(tmp_path):
     for attempt in range(10):
         proc = _start(tmp_path, "rnd")
         time.sleep(rng.uniform(0.2, 6.0))
-        children = _descendants(proc.pid)
+        children = descendants(proc.pid)
         proc.send_signal(signal.SIGINT)
         t0 = time.monotonic()
         out, _ = proc.communicate(timeout=30)
-        elapsed = _wait_gone(children | _descendants(proc.pid), t0, 10)
+        elapsed = _wait_gone(children | descendants(proc.pid), t0, 10)
         assert elapsed < 10, f"attempt {attempt}: {elapsed:.1f} s\n{out}"
         assert proc.returncode == 130, f"attempt {attempt}: {proc.returncode}\n{out}"
         latest = _latest(checkpoints)  # a complete new one or the intact previous one

@@ -1,0 +1,38 @@
+"""Process audits from /proc for tests and fault drills: who descends from whom, who is alive.
+
+Linux only. Zombies (exited, not yet reaped) count as gone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state from /proc/<pid>/stat ("R", "S", "Z", ...), None if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def is_alive(pid: int) -> bool:
+    state = process_state(pid)
+    return state is not None and state != "Z"
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below `pid` in the process tree."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry.name)] = int(fields[1])
+            except (OSError, IndexError):
+                continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found

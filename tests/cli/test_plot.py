@@ -1,0 +1,67 @@
+"""`sampleforge plot` and the learning-curve data behind it: runs grouped by config, mean and
+band over seeds, wall time that goes on across resumes."""
+
+import json
+
+import numpy as np
+import pytest
+
+from sampleforge.cli.main import main
+from sampleforge.telemetry.learning_curves import group_runs, mean_and_band, read_run
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _fake_run(folder, seed, returns, algorithm="appo", wall=None):
+    folder.mkdir(parents=True)
+    config = {"env": "CartPole-v1", "algorithm": algorithm, "seed": seed,
+              "experiment": folder.name, "train_dir": str(folder.parent)}
+    (folder / "config.json").write_text(json.dumps(config))
+    wall = wall or [float(i) for i in range(len(returns))]
+    lines = ["env_steps,wall_time,episode/return_mean,perf/fps_10s,policy_lag/mean"]
+    lines += [f"{1000 * (i + 1)},{w},{r},{5000 + i},{2.0}" for i, (r, w) in
+              enumerate(zip(returns, wall))]
+    lines.append(f"{1000 * len(returns)},{wall[-1] + 1},,,")  # a row without these metrics
+    (folder / "progress.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_runs_of_one_config_are_grouped_and_averaged(tmp_path):
+    a = read_run(_fake_run(tmp_path / "a", 1, [10, 20, 30]))
+    b = read_run(_fake_run(tmp_path / "b", 2, [30, 40, 50]))
+    c = read_run(_fake_run(tmp_path / "c", 1, [1, 2, 3], algorithm="impala"))
+    groups = group_runs([a, c, b])
+    assert [[r.name for r in g] for g in groups] == [["a", "b"], ["c"]]
+    grid, mean, std = mean_and_band(groups[0], "episode/return_mean", "env_steps", points=3)
+    np.testing.assert_allclose(grid, [1000, 2000, 3000])
+    np.testing.assert_allclose(mean, [20, 30, 40])
+    np.testing.assert_allclose(std, [10, 10, 10])
+
+
+def test_wall_time_continues_across_a_resume(tmp_path):
+    run = read_run(_fake_run(tmp_path / "r", 1, [1, 2, 3, 4], wall=[5.0, 10.0, 2.0, 4.0]))
+    xs, _ = run.series("episode/return_mean", "wall_time")
+    np.testing.assert_allclose(xs, [5.0, 10.0, 12.0, 14.0])
+
+
+def test_plot_writes_a_png(experiment, tmp_path, capsys):
+    _fake_run(tmp_path / "seed1", 1, [10, 20, 30])
+    _fake_run(tmp_path / "seed2", 2, [20, 30, 50])
+    output = tmp_path / "curves.png"
+    code = main(["plot", str(experiment), "seed1", "seed2", "--train_dir", str(tmp_path),
+                 "--output", str(output)])
+    assert code == 0 and f"wrote {output}" in capsys.readouterr().out
+    data = output.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000
+
+
+def test_plot_of_a_missing_experiment_is_bad_input(tmp_path, capsys):
+    assert main(["plot", "nothing", "--train_dir", str(tmp_path)]) == 2
+    assert "no progress.csv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["enjoy", "eval", "export", "plot"])
+def test_subcommands_are_listed(name, capsys):
+    with pytest.raises(SystemExit):
+        main([name, "--help"])
+    assert "usage: sampleforge" in capsys.readouterr().out
