@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from sampleforge.cli.policy_source import add_policy_arguments, input_errors, policy_from_args
+from sampleforge.cli.policy_source import add_policy_arguments, input_errors, local_policy_from_args
 
 HELP = ("Play episodes with a trained policy and print their returns; --save_video writes an "
         "MP4 into the experiment folder.")
@@ -29,23 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sampleforge.envs.registry import make_env
-    from sampleforge.evaluation import EpisodeRunner, LocalPolicy, VideoRecorder
+    from sampleforge.evaluation import EpisodeRunner, VideoRecorder
 
     if args.max_num_episodes < 1:
         print(f"sampleforge: --max_num_episodes {args.max_num_episodes} must be >= 1",
               file=sys.stderr)
         return 2
     try:
-        source = policy_from_args(args)
-        probe = make_env(source.env_spec)
+        source, policy, env_metadata = local_policy_from_args(args)
     except input_errors() as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
-    policy = LocalPolicy.build(source.cfg, probe.observation_space, probe.action_space,
-                               state_dict=source.state_dict)
-    fps = args.fps or probe.metadata.get("render_fps") or 30
-    probe.close()
+    fps = args.fps or env_metadata.get("render_fps") or 30
     print(f"policy: {source.checkpoint}")
     recorder = None
     if args.save_video:

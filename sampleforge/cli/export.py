@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from sampleforge.cli.policy_source import add_policy_arguments, input_errors, policy_from_args
+from sampleforge.cli.policy_source import add_policy_arguments, input_errors, local_policy_from_args
 
 HELP = ("Export a trained policy's acting step (observations -> deterministic action, action "
         "logits or mean, value; recurrent state in and out) as an ONNX model.")
@@ -25,19 +25,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sampleforge.envs.registry import make_env
-    from sampleforge.evaluation import LocalPolicy
     from sampleforge.export.onnx_export import DEFAULT_OPSET, export_onnx
 
     try:
-        source = policy_from_args(args)
-        probe = make_env(source.env_spec)
+        source, policy, _ = local_policy_from_args(args)
     except input_errors() as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
-    policy = LocalPolicy.build(source.cfg, probe.observation_space, probe.action_space,
-                               state_dict=source.state_dict)
-    probe.close()
     output = Path(args.output) if args.output else source.experiment_dir / "policy.onnx"
     info = export_onnx(policy.model, output, opset_version=args.opset or DEFAULT_OPSET)
     print(f"policy: {source.checkpoint}")

@@ -61,6 +61,24 @@ def policy_from_args(args: argparse.Namespace) -> PolicySource:
                         checkpoint=checkpoint)
 
 
+def local_policy_from_args(args: argparse.Namespace):
+    """(source, LocalPolicy with its weights, the env's metadata) for `enjoy` and `export`.
+
+    Raises the `input_errors()` with a one-line message.
+    """
+    from sampleforge.envs.registry import make_env
+    from sampleforge.evaluation import LocalPolicy
+
+    source = policy_from_args(args)
+    probe = make_env(source.env_spec)
+    try:
+        policy = LocalPolicy.build(source.cfg, probe.observation_space, probe.action_space,
+                                   state_dict=source.state_dict)
+        return source, policy, dict(probe.metadata)
+    finally:
+        probe.close()
+
+
 def input_errors() -> tuple[type[Exception], ...]:
     """Exceptions that mean bad input (exit code 2), not a failure."""
     from sampleforge.config import ConfigError
