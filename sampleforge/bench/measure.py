@@ -14,14 +14,12 @@ Must not: change how training runs; it only drives the public components.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from sampleforge.components.batcher import Dataset
@@ -191,7 +189,3 @@ def _children(root: int) -> list[int]:
     except OSError:
         return []
 
-
-def median(values: list[float]) -> float:
-    values = sorted(v for v in values if math.isfinite(v))
-    return float(np.median(values)) if values else float("nan")

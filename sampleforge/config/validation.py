@@ -240,6 +240,3 @@ def validate_config(cfg: Config) -> None:
     if problems:
         raise ConfigError(problems)
 
-
-def known_settings() -> list[str]:
-    return [f.name for f in config_fields()]
