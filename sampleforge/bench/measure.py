@@ -130,7 +130,8 @@ def _random_dataset(cfg: Config, env) -> Dataset:
                    actions=actions, rnn_states=torch.zeros(T, B, model.rnn_state_size),
                    rewards=torch.randn(T, B), dones=torch.zeros(T, B), valids=torch.ones(T, B),
                    log_probs=torch.full((T, B), -1.0), values=torch.zeros(T, B),
-                   policy_versions=torch.zeros(T, B, dtype=torch.int64))
+                   policy_versions=torch.zeros(T, B, dtype=torch.int64),
+                   policy_ids=torch.zeros(T, B, dtype=torch.int32))
 
 
 # --- training -------------------------------------------------------------------------------

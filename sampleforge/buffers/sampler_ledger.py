@@ -1,16 +1,20 @@
-"""Shared bookkeeping the runner's supervisor reads to recover from a dead or stuck rollout worker.
+"""Shared bookkeeping of trajectory slots and rollout workers, read by learners and the supervisor.
 
-- `slot_owners[policy][slot]`: the rollout worker filling that slot, or -1. A worker writes its
-  index when it takes a slot and -1 when it hands the slot to the learner, so the slots of a
-  worker that died can be given back, and its partial trajectories never reach a learner.
+- `slot_owners[slot]`: the rollout worker filling that slot, or -1. A worker writes its index
+  when it takes a slot and -1 when it hands the slot to the learners, so the slots of a worker
+  that died can be given back, and its partial trajectories never reach a learner.
+- `slot_readers[slot, policy]`: 1 while that policy's learner still has to copy its rows of a
+  finished slot (several policies may have acted in one slot). Each learner clears only its own
+  entry; the slot's designated returner (the reader with the lowest policy id) gives the slot
+  back to the free list once the row is all zeros, so a slot is returned exactly once.
 - `generations[worker]`: bumped by the runner when it replaces a worker. Requests carry the
   generation of the worker that sent them; inference workers drop requests of dead generations
   instead of writing into slots that may already belong to someone else.
 - `heartbeats[worker]`: wall time (time.time()) of the worker's last sign of progress; a worker
   whose envs hang stops updating it.
 
-Plain tensors in shared memory, written by one side and read by the other; no locks are needed
-because each entry has a single writer at any time.
+Plain tensors in shared memory, each entry with a single writer at any time, so no locks (a
+named semaphore would also outlive a killed run in /dev/shm).
 """
 
 from __future__ import annotations
@@ -21,11 +25,11 @@ import torch
 
 
 class SamplerLedger:
-    """Slot ownership, worker generations and heartbeats in shared memory."""
+    """Slot ownership and readers, worker generations and heartbeats in shared memory."""
 
-    def __init__(self, num_workers: int, num_slots: dict[int, int]):
-        self.slot_owners = {p: torch.full((n,), -1, dtype=torch.int64).share_memory_()
-                            for p, n in num_slots.items()}
+    def __init__(self, num_workers: int, num_slots: int, num_policies: int = 1):
+        self.slot_owners = torch.full((num_slots,), -1, dtype=torch.int64).share_memory_()
+        self.slot_readers = torch.zeros(num_slots, num_policies, dtype=torch.int8).share_memory_()
         self.generations = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.heartbeats = torch.zeros(num_workers, dtype=torch.float64).share_memory_()
         self._heartbeats_np = None
@@ -44,14 +48,33 @@ class SamplerLedger:
         last = float(self.heartbeats[worker])
         return time.time() - last if last > 0 else 0.0
 
-    def slots_of(self, worker: int) -> dict[int, list[int]]:
-        """{policy: [slot, ...]} currently owned by `worker`."""
-        return {p: (owners == worker).nonzero().flatten().tolist()
-                for p, owners in self.slot_owners.items()}
+    # --- slots ----------------------------------------------------------------------------------
+    def slots_of(self, worker: int) -> list[int]:
+        """Slots currently being filled by `worker`."""
+        return (self.slot_owners == worker).nonzero().flatten().tolist()
 
-    def release(self, policy: int, slot: int) -> None:
-        self.slot_owners[policy][slot] = -1
+    def take(self, slot: int, worker: int) -> None:
+        self.slot_owners[slot] = worker
 
+    def release(self, slot: int) -> None:
+        self.slot_owners[slot] = -1
+
+    def hand_over(self, slot: int, readers: list[int]) -> None:
+        """A worker finished `slot`: the learners of `readers` will copy from it. Called before
+        any of them is told, so no flag is read before it is set."""
+        self.slot_readers[slot] = 0
+        self.slot_readers[slot, readers] = 1
+        self.slot_owners[slot] = -1
+
+    def reader_done(self, slot: int, policy: int) -> None:
+        """`policy`'s learner copied its rows of `slot`."""
+        self.slot_readers[slot, policy] = 0
+
+    def all_read(self, slot: int) -> bool:
+        """Every learner has copied its rows of `slot`."""
+        return not bool(self.slot_readers[slot].any())
+
+    # --- workers --------------------------------------------------------------------------------
     def retire(self, worker: int) -> int:
         """Mark the current generation of `worker` dead; returns the new generation."""
         self.generations[worker] += 1

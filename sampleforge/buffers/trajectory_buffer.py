@@ -1,15 +1,17 @@
 """Preallocated shared-memory storage for trajectories, and which component owns which slot.
 
-A `SharedTrajectoryBuffer` belongs to one policy. It holds `num_slots` slots; a slot is the
-rollout of one split of one rollout worker: tensors shaped `[num_slots, T + 1, rows, ...]`, where
-`rows` is the number of env-agents of a split and index T holds the observation (and recurrent
-state) the next rollout starts from, which the learner needs to bootstrap values.
+One `SharedTrajectoryBuffer` serves every policy of a run. It holds `num_slots` slots; a slot
+is the rollout of one split of one rollout worker: tensors shaped `[num_slots, T + 1, rows, ...]`,
+where `rows` is the number of env-agents of a split (envs x agent seats) and index T holds the
+observation (and recurrent state) the next rollout starts from, which the learner needs to
+bootstrap values. `policy_ids` says which policy acted for each row at each step.
 
 The same memory is the channel between components (paper sec. 3.3): a rollout worker writes
 observations at step t, an inference worker reads them and writes actions, log-probs, values and
 the next recurrent state in place, and the learner later copies whole slots out. Queues carry
 only slot indices. Slots circulate through a free-slot queue: a rollout worker takes one, fills
-it, hands it to the learner, which returns it after copying.
+it, hands it to the learners of the policies that acted in it, and the last of them to copy its
+rows returns it (`SamplerLedger.reader_done`).
 
 Freshly allocated memory is filled with poison (NaN, -1, 255) so that data nobody wrote stands
 out. This module knows nothing about RL or processes beyond tensor layout.
@@ -30,7 +32,7 @@ _STEP_FLOAT_FIELDS = ("rewards", "dones", "valids", "log_probs", "values")
 
 @dataclass(frozen=True)
 class TrajectoryLayout:
-    """Shapes of one policy's trajectory buffer."""
+    """Shapes of a run's trajectory buffer."""
 
     obs_specs: dict[str, TensorSpec]
     action_spec: TensorSpec
@@ -44,7 +46,7 @@ class TrajectoryLayout:
         steps = self.num_slots * (self.rollout + 1) * self.rows_per_slot
         per_step = sum(_spec_bytes(s) for s in self.obs_specs.values())
         per_step += _spec_bytes(self.action_spec)
-        per_step += 4 * self.rnn_state_size + 4 * len(_STEP_FLOAT_FIELDS) + 8
+        per_step += 4 * self.rnn_state_size + 4 * len(_STEP_FLOAT_FIELDS) + 8 + 4
         return steps * per_step
 
 
@@ -63,7 +65,7 @@ def slots_needed(total_splits: int, rows_per_slot: int, rollout: int, dataset_si
 
 
 class SharedTrajectoryBuffer:
-    """The shared tensors of one policy's trajectory slots (see module docstring)."""
+    """The shared tensors of the trajectory slots (see module docstring)."""
 
     def __init__(self, layout: TrajectoryLayout):
         # Always host memory: envs produce observations on the CPU and rollout workers write
@@ -81,6 +83,9 @@ class SharedTrajectoryBuffer:
         self.log_probs = _shared(lead, torch.float32)
         self.values = _shared(lead, torch.float32)
         self.policy_versions = _shared(lead, torch.int64)
+        # The policy acting for each row at each step. Rows change policy only where an
+        # episode starts, and each learner trains only on the steps of its own policy.
+        self.policy_ids = _shared(lead, torch.int32)
 
     @property
     def rollout(self) -> int:
@@ -91,8 +96,8 @@ class SharedTrajectoryBuffer:
         out = {f"obs.{k}": v for k, v in self.obs.items()}
         out.update(actions=self.actions, rnn_states=self.rnn_states, rewards=self.rewards,
                    dones=self.dones, valids=self.valids, log_probs=self.log_probs,
-                   values=self.values,
-                   policy_versions=self.policy_versions)
+                   values=self.values, policy_versions=self.policy_versions,
+                   policy_ids=self.policy_ids)
         return out
 
     def carry_over(self, from_slot: int, to_slot: int) -> None:

@@ -27,19 +27,24 @@ class InferenceRequested(NamedTuple):
 
 
 class ActionsReady(NamedTuple):
-    """Inference worker -> rollout worker: actions for (split, step) are in the slot."""
+    """Inference worker -> rollout worker: `policy_id`'s actions for (split, step) are in the
+    slot (a split whose rows are played by several policies waits for each of them)."""
 
     split: int
     step: int
+    policy_id: int = 0
 
 
 class TrajectoryReady(NamedTuple):
-    """Rollout worker -> a policy's learner: a slot holds a complete rollout of `num_rows`."""
+    """Rollout worker -> a policy's learner: a slot holds a complete rollout; `rows` are the
+    rows in which the policy acted (None: every row of the slot). Exactly one of the learners
+    told about a slot `returns_slot` to the free list once all have copied it."""
 
     policy_id: int
     slot: int
-    num_rows: int
+    rows: Optional[tuple[int, ...]]
     worker: int
+    returns_slot: bool = True
 
 
 # --- commands from the runner -----------------------------------------------------------------
@@ -76,9 +81,38 @@ class SaveCheckpoint:
 
 @dataclass(frozen=True)
 class LoadWeights:
-    """Learner: replace the model's weights with this state dict (Python API, PBT)."""
+    """Learner: replace the model's weights with this state dict (Python API)."""
 
     state_dict: dict
+
+
+@dataclass(frozen=True)
+class CopyPolicy:
+    """Learner (PBT): take the weights `source_policy` last published, and start afresh."""
+
+    source_policy: int
+
+
+@dataclass(frozen=True)
+class SetHyperparameters:
+    """Learner (PBT): use these values from now on (learning_rate, entropy_coeff, adam_beta1)."""
+
+    values: dict
+
+
+@dataclass(frozen=True)
+class PublishSnapshot:
+    """Learner: copy the current weights into frozen opponent `frozen_policy`'s shared weights."""
+
+    frozen_policy: int
+
+
+@dataclass(frozen=True)
+class SetRewardShaping:
+    """Rollout workers (PBT): seats played by `policy_id` are rewarded with these coefficients."""
+
+    policy_id: int
+    coefficients: dict
 
 
 # --- reports to the runner --------------------------------------------------------------------
@@ -104,11 +138,13 @@ class ComponentStopped:
 
 @dataclass(frozen=True)
 class EpisodesFinished:
-    """Returns and lengths (in agent steps) of episodes that ended since the last report."""
+    """Returns and lengths (in agent steps) of episodes a policy played that ended since the
+    last report; `wins` (1 win, 0.5 draw, 0 loss) for those whose env reports an outcome."""
 
     policy_id: int
     returns: list[float]
     lengths: list[int]
+    wins: list[float] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,13 @@
 """Batcher: turns finished trajectory slots into contiguous, time-major datasets for a learner.
 
-Rollouts finish asynchronously in many slots. The batcher copies each finished slot's rows into
-a staging tensor on the learner's device (`[T + 1, trajectories, ...]`, time-major as the loss
-functions want it) and gives the slot back to the free list at once, so rollout workers are
-never held up by training. When the staging area holds a dataset's worth of trajectories the
-learner takes it; rows beyond that wait for the next dataset.
+Rollouts finish asynchronously in many slots. The batcher copies the rows its policy acted in
+from each finished slot into a staging tensor on the learner's device (`[T + 1, trajectories,
+...]`, time-major as the loss functions want it) and releases the slot at once (the last
+reader gives it back, see `SamplerLedger`), so rollout workers are never held up by
+training. Steps another policy played in a copied row (before or after an episode boundary) are
+marked invalid, so a learner only ever trains on its own policy's samples. When the staging area
+holds a dataset's worth of trajectories the learner takes it; rows beyond that wait for the next
+dataset.
 
 Must not: compute anything about RL; it only moves data.
 """
@@ -15,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.comms.messages import TrajectoryReady
 from sampleforge.comms.queues import send_many
@@ -33,6 +37,7 @@ class Dataset:
     log_probs: torch.Tensor
     values: torch.Tensor
     policy_versions: torch.Tensor
+    policy_ids: torch.Tensor
 
     @property
     def num_trajectories(self) -> int:
@@ -45,21 +50,24 @@ class Dataset:
 
 
 _PLAIN_FIELDS = ("actions", "rnn_states", "rewards", "dones", "valids", "log_probs", "values",
-                 "policy_versions")
+                 "policy_versions", "policy_ids")
 
 
 class Batcher:
     """Copies finished slots into a device-side staging area; see the module docstring."""
 
-    def __init__(self, buffer: SharedTrajectoryBuffer, free_slots, dataset_trajectories: int,
-                 device: torch.device):
+    def __init__(self, buffer: SharedTrajectoryBuffer, free_slots, ledger: SamplerLedger,
+                 dataset_trajectories: int, device: torch.device, policy_id: int = 0):
         self.buffer = buffer
         self.free_slots = free_slots
+        self.ledger = ledger
+        self.policy_id = policy_id
         self.dataset_trajectories = dataset_trajectories
         capacity = dataset_trajectories + buffer.layout.rows_per_slot
         self._staging = {name: self._staging_like(tensor, capacity, device)
                          for name, tensor in buffer.fields().items()}
         self.filled = 0
+        self._to_return: list[int] = []  # copied by us; waiting for the other readers
 
     @staticmethod
     def _staging_like(tensor: torch.Tensor, capacity: int, device: torch.device) -> torch.Tensor:
@@ -67,14 +75,39 @@ class Batcher:
         return torch.empty((steps, capacity, *rest), dtype=tensor.dtype, device=device)
 
     def add(self, msg: TrajectoryReady) -> None:
-        """Copy a finished slot in and hand the slot back to the rollout workers."""
-        n = msg.num_rows
-        end = self.filled + n
+        """Copy this policy's rows of a finished slot in and release the slot."""
+        rows = slice(None) if msg.rows is None else torch.tensor(msg.rows, dtype=torch.long)
+        start = self.filled
         for name, tensor in self.buffer.fields().items():
-            self._staging[name][:, self.filled:end].copy_(tensor[msg.slot, :, :n],
-                                                         non_blocking=True)
+            part = tensor[msg.slot][:, rows]
+            end = start + part.shape[1]
+            self._staging[name][:, start:end].copy_(part, non_blocking=True)
         self.filled = end
-        send_many(self.free_slots, [msg.slot])
+        # A row may have changed policy at an episode boundary: train only on our own steps.
+        ours = self._staging["policy_ids"][:, start:end] == self.policy_id
+        self._staging["valids"][:, start:end] *= ours
+        self.ledger.reader_done(msg.slot, self.policy_id)
+        if msg.returns_slot:
+            self._to_return.append(msg.slot)
+        self.return_slots()
+
+    def return_slots(self) -> None:
+        """Give back the slots this batcher returns that every reader has copied by now."""
+        done = [slot for slot in self._to_return if self.ledger.all_read(slot)]
+        if done:
+            self._to_return = [slot for slot in self._to_return if slot not in done]
+            send_many(self.free_slots, done)
+
+    def state_dict(self) -> dict:
+        """The staged rows (an exact resume in serial mode)."""
+        return {"staging": {k: v[:, :self.filled].clone() for k, v in self._staging.items()},
+                "filled": self.filled, "to_return": list(self._to_return)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.filled = state["filled"]
+        self._to_return = list(state["to_return"])
+        for name, rows in state["staging"].items():
+            self._staging[name][:, :self.filled].copy_(rows)
 
     def ready(self) -> bool:
         return self.filled >= self.dataset_trajectories

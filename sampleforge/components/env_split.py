@@ -1,8 +1,14 @@
 """A group of environments stepped together by a rollout worker, with its fault policy.
 
-`EnvSplit.step` applies one action per env, resets envs whose episode ended, and writes rewards,
+`EnvSplit.step` applies one action per row, resets envs whose episode ended, and writes rewards,
 dones, validity flags and next observations straight into the numpy views of a trajectory slot
-it is given. Episode returns and lengths come from the envs' episode-statistics wrapper.
+it is given. A row is one agent seat of one env: single-agent envs (`EnvSplit`) have one row
+each, multi-agent envs (`MultiAgentEnvSplit`) one per seat, env-major (row = env * seats + seat).
+
+Episode returns and lengths come from the envs' episode-statistics wrapper (single-agent) or are
+counted per seat (multi-agent, with the env's "win" outcome). A seat that finished before the
+others gets done flags and invalid steps until its env's episode ends, so nothing it "does"
+after finishing is trained on.
 
 An env fault is an exception from `step` or `reset`, or a non-finite observation or reward.
 With the "restart" policy the env is rebuilt, the transition is marked invalid (never trained
@@ -21,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from sampleforge.envs.envpool_env import is_envpool_spec
 from sampleforge.envs.registry import EnvContext, EnvSpec, env_seed, make_env
 from sampleforge.spaces import actions_to_env, observation_to_dict
 
@@ -43,13 +50,21 @@ class StepTargets:
 
 @dataclass
 class StepOutcome:
+    """What happened in one step besides what was written to the slot."""
+
     episode_returns: list[float] = field(default_factory=list)
     episode_lengths: list[int] = field(default_factory=list)
+    episode_rows: list[int] = field(default_factory=list)  # the row of each finished episode
+    episode_wins: list[float | None] = field(default_factory=list)
+    ended_envs: list[int] = field(default_factory=list)  # envs that start a new episode
     faults: list[str] = field(default_factory=list)
 
 
 class EnvSplit:
-    """`num_envs` envs of one rollout worker, stepped as a group; see the module docstring."""
+    """`num_envs` single-agent envs of one rollout worker, stepped as a group; see the module
+    docstring."""
+
+    seats = 1  # rows per env
 
     def __init__(self, *, env_spec: EnvSpec, worker_index: int, first_env_index: int,
                  num_envs: int, seed: int | None, error_policy: str):
@@ -62,6 +77,10 @@ class EnvSplit:
         self.action_space = self.envs[0].action_space
         self._is_dict = isinstance(self.observation_space, gym.spaces.Dict)
 
+    @property
+    def num_rows(self) -> int:
+        return len(self.envs) * self.seats
+
     def _build(self, context: EnvContext) -> gym.Env:
         try:
             return make_env(self.env_spec, context)
@@ -73,14 +92,23 @@ class EnvSplit:
     def __len__(self) -> int:
         return len(self.envs)
 
+    def env_rows(self, i: int) -> slice:
+        """The rows of env `i`."""
+        return slice(i * self.seats, (i + 1) * self.seats)
+
     def reset_all(self, next_obs: dict[str, np.ndarray]) -> None:
         """First reset of every env (seeded), observations written into `next_obs`."""
         observations = []
         for env, ctx in zip(self.envs, self.contexts):
             obs, _ = env.reset(seed=env_seed(ctx))
-            observations.append(obs)
+            observations += self._by_seat(obs)
         self._write_obs(observations, next_obs)
         self._sanitize_obs(next_obs)
+
+    @staticmethod
+    def _by_seat(obs: Any) -> list[Any]:
+        """An env's observation as a list with one entry per row."""
+        return [obs]
 
     def step(self, actions: np.ndarray, out: StepTargets) -> StepOutcome:
         """Step every env with its row of `actions` [N, A]; results into `out`."""
@@ -97,12 +125,16 @@ class EnvSplit:
                     if episode is not None:
                         outcome.episode_returns.append(float(episode["r"]))
                         outcome.episode_lengths.append(int(episode["l"]))
+                        outcome.episode_rows.append(i)
+                        outcome.episode_wins.append(info.get("win"))
+                    outcome.ended_envs.append(i)
                     obs, _ = env.reset()
             except Exception as e:  # noqa: BLE001 - the fault policy decides
                 obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True,
                                      cause=e)
                 reward, done = 0.0, True
                 out.valids[i] = 0.0
+                outcome.ended_envs.append(i)
             out.rewards[i] = reward
             out.dones[i] = done
             observations.append(obs)
@@ -120,7 +152,8 @@ class EnvSplit:
     # --- faults ---------------------------------------------------------------------------------
     def _on_fault(self, i: int, what: str, outcome: StepOutcome, rebuild: bool,
                   cause: Exception | None = None) -> Any:
-        """Apply the fault policy to env `i`; returns the observation its row continues from."""
+        """Apply the fault policy to env `i`; returns the reset's observation (a list per seat
+        for multi-agent envs)."""
         ctx = self.contexts[i]
         message = (f"env {self.env_spec.name!r} failed in worker {ctx.worker_index} "
                    f"(env {ctx.env_index}): {what}")
@@ -140,14 +173,18 @@ class EnvSplit:
     def _check_finite(self, out: StepTargets, outcome: StepOutcome) -> None:
         bad_rewards = ~np.isfinite(out.rewards)
         bad_obs = self._sanitize_obs(out.next_obs)
-        for i in np.flatnonzero(bad_rewards | bad_obs):
-            what = "non-finite reward" if bad_rewards[i] else "non-finite observation"
-            obs = self._on_fault(int(i), what, outcome, rebuild=False)
-            self._write_row(obs, out.next_obs, int(i))
+        bad_rows = np.flatnonzero(bad_rewards | bad_obs)
+        for i in sorted({int(r) // self.seats for r in bad_rows}):
+            rows = self.env_rows(i)
+            what = ("non-finite reward" if bad_rewards[rows].any()
+                    else "non-finite observation")
+            obs = self._on_fault(i, what, outcome, rebuild=False)
+            self._write_env_rows(obs, out.next_obs, i)
             self._sanitize_obs(out.next_obs)
-            out.rewards[i] = 0.0
-            out.dones[i] = 1.0
-            out.valids[i] = 0.0
+            out.rewards[rows] = 0.0
+            out.dones[rows] = 1.0
+            out.valids[rows] = 0.0
+            outcome.ended_envs.append(i)
 
     @staticmethod
     def _sanitize_obs(next_obs: dict[str, np.ndarray]) -> np.ndarray:
@@ -175,6 +212,104 @@ class EnvSplit:
         for key, target in targets.items():
             np.stack([d[key] for d in as_dicts], out=target)
 
-    def _write_row(self, obs: Any, targets: dict[str, np.ndarray], i: int) -> None:
+    def _write_row(self, obs: Any, targets: dict[str, np.ndarray], row: int) -> None:
         for key, value in observation_to_dict(obs, self.observation_space).items():
-            targets[key][i] = value
+            targets[key][row] = value
+
+    def _write_env_rows(self, obs: Any, targets: dict[str, np.ndarray], i: int) -> None:
+        """Write env `i`'s reset observation into its rows."""
+        self._write_row(obs, targets, i)
+
+
+class MultiAgentEnvSplit(EnvSplit):
+    """`num_envs` multi-agent envs (`MultiAgentEnv`), one row per seat; see the module
+    docstring."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seats = int(self.envs[0].num_agents)
+        rows = self.num_rows
+        self._seat_done = np.zeros(rows, dtype=bool)
+        self._returns = np.zeros(rows, dtype=np.float64)
+        self._lengths = np.zeros(rows, dtype=np.int64)
+
+    def set_reward_shaping(self, i: int, seat: int, coefficients: dict[str, float]) -> None:
+        """Reward seat `seat` of env `i` with `coefficients` (its new policy's)."""
+        self.envs[i].set_reward_shaping(seat, coefficients)
+
+    @staticmethod
+    def _by_seat(obs: Any) -> list[Any]:
+        return list(obs)
+
+    def step(self, actions: np.ndarray, out: StepTargets) -> StepOutcome:
+        """Step every env with its seats' rows of `actions` [rows, A]; results into `out`."""
+        outcome = StepOutcome()
+        env_actions = actions_to_env(actions, self.action_space)
+        observations: list[Any] = []
+        out.valids[:] = 1.0
+        for i, env in enumerate(self.envs):
+            rows = self.env_rows(i)
+            finished_before = self._seat_done[rows].copy()
+            try:
+                obs, rewards, terminated, truncated, infos = env.step(list(env_actions[rows]))
+                done = np.logical_or(terminated, truncated)
+                out.rewards[rows] = rewards
+            except Exception as e:  # noqa: BLE001 - the fault policy decides
+                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True,
+                                     cause=e)
+                self._clear_episode(rows)
+                out.rewards[rows] = 0.0
+                out.dones[rows] = 1.0
+                out.valids[rows] = 0.0
+                outcome.ended_envs.append(i)
+                observations += list(obs)
+                continue
+            # A seat that was already done has nothing left to learn from in this episode.
+            out.valids[rows] = np.where(finished_before, 0.0, 1.0)
+            out.rewards[rows] = np.where(finished_before, 0.0, out.rewards[rows])
+            self._count(rows, out.rewards[rows], done, finished_before, infos, outcome)
+            out.dones[rows] = np.logical_or(done, finished_before)
+            if self._seat_done[rows].all():
+                obs, _ = env.reset()
+                self._seat_done[rows] = False
+                outcome.ended_envs.append(i)
+            observations += list(obs)
+        self._write_obs(observations, out.next_obs)
+        self._check_finite(out, outcome)
+        return outcome
+
+    def _count(self, rows: slice, rewards: np.ndarray, done: np.ndarray,
+               finished_before: np.ndarray, infos: list[dict], outcome: StepOutcome) -> None:
+        """Episode statistics per seat: a seat's episode ends on its first done step."""
+        playing = ~finished_before
+        self._returns[rows] += np.where(playing, rewards, 0.0)
+        self._lengths[rows] += playing
+        for seat in np.flatnonzero(playing & done):
+            row = rows.start + int(seat)
+            outcome.episode_returns.append(float(self._returns[row]))
+            outcome.episode_lengths.append(int(self._lengths[row]))
+            outcome.episode_rows.append(row)
+            outcome.episode_wins.append(infos[seat].get("win"))
+            self._returns[row], self._lengths[row] = 0.0, 0
+            self._seat_done[row] = True
+
+    def _clear_episode(self, rows: slice) -> None:
+        self._seat_done[rows] = False
+        self._returns[rows] = 0.0
+        self._lengths[rows] = 0
+
+    def _write_env_rows(self, obs: Any, targets: dict[str, np.ndarray], i: int) -> None:
+        self._clear_episode(self.env_rows(i))
+        for seat, seat_obs in enumerate(obs):
+            self._write_row(seat_obs, targets, i * self.seats + seat)
+
+
+def make_env_split(*, env_spec: EnvSpec, **kwargs) -> EnvSplit:
+    """The split class that fits the env: one row per env, or one per agent seat; an EnvPool
+    task steps its whole batch in one call."""
+    if is_envpool_spec(env_spec):
+        from sampleforge.components.envpool_split import EnvPoolSplit  # it imports this module
+
+        return EnvPoolSplit(env_spec=env_spec, **kwargs)
+    split_type = MultiAgentEnvSplit if env_spec.multi_agent else EnvSplit
+    return split_type(env_spec=env_spec, **kwargs)

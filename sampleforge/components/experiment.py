@@ -24,7 +24,8 @@ from sampleforge.config import Config, ConfigError, config_to_dict
 log = logging.getLogger(__name__)
 
 # Settings a checkpoint depends on: changing them on resume is refused.
-FROZEN_ON_RESUME = ("env", "algorithm", "rollout", "num_policies") + MODEL_SETTINGS
+FROZEN_ON_RESUME = ("env", "algorithm", "rollout", "num_policies",
+                    "num_frozen_opponents") + MODEL_SETTINGS
 
 
 @dataclass(frozen=True)

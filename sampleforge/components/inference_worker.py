@@ -1,9 +1,9 @@
 """Inference worker: batched action generation for one policy (paper sec. 3.1, "policy worker").
 
-It takes every request waiting in its policy's queue, from any rollout worker, gathers those
-observations and recurrent states from the shared trajectory slots in one indexing operation,
-runs one forward pass on its device, samples actions and writes actions, log-probs, values,
-the policy version and the next recurrent state back in place. It is stateless apart from its
+It takes every request waiting in its policy's queue, from any rollout worker, gathers the
+observations and recurrent states of the rows its policy plays (the slot's `policy_ids`) in one
+indexing operation, runs one forward pass on its device, samples actions and writes actions,
+log-probs, values, the policy version and the next recurrent state back in place. It is stateless apart from its
 copy of the weights, so any number of them can serve one policy.
 
 Before each batch it picks up the learner's newest weights if the version changed, without
@@ -45,11 +45,12 @@ class InferenceWorker:
                  buffer: SharedTrajectoryBuffer, weights: SharedPolicyWeights,
                  ledger: SamplerLedger, request_queue,
                  control_queue, rollout_inboxes: list, report_queue, device: torch.device,
-                 seed: int | None = None):
+                 seed: int | None = None, sole_policy: bool = False):
         self.name = f"inference_worker_p{policy_id}_{index}"
         if seed is not None:  # action sampling differs per worker, repeatably
             torch.manual_seed(seed + 1000 * (policy_id + 1) + index)
         self.policy_id = policy_id
+        self.sole_policy = sole_policy  # the only policy of the run: it acts for every row
         self.model = model_factory().to(device).eval()
         self.buffer = buffer
         self.weights = weights
@@ -77,6 +78,15 @@ class InferenceWorker:
 
     def close(self) -> None:
         pass
+
+    def snapshot_state(self) -> dict:
+        """The weights it acts with (maybe older than the newest published), for an exact
+        resume."""
+        return {"model": self.model.state_dict(), "version": self.version}
+
+    def restore_state(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.version = state["version"]
 
     def _handle_control(self, msg) -> None:
         if isinstance(msg, Stop):
@@ -107,17 +117,30 @@ class InferenceWorker:
         t0 = time.perf_counter()
         self._pull_weights()
         t1 = time.perf_counter()
-        slots = torch.tensor([r.slot for r in requests], dtype=torch.long)
-        steps = torch.tensor([r.step for r in requests], dtype=torch.long)
+        index = self._rows_of_this_policy(requests)
         with torch.inference_mode():
-            out = self.model.act(self._gather_obs(slots, steps),
-                                 self._flat(self.buffer.rnn_states[slots, steps]))
-            self._scatter(slots, steps, out)
+            obs = {key: tensor[index].to(self.device, non_blocking=True)
+                   for key, tensor in self.buffer.obs.items()}
+            rnn_states = self.buffer.rnn_states[index].to(self.device, non_blocking=True)
+            self._scatter(index, self.model.act(obs, rnn_states))
         self._timings["weights"] += t1 - t0
         self._timings["forward"] += time.perf_counter() - t1
         self._batches += 1
-        self._samples += len(requests) * self.buffer.layout.rows_per_slot
+        self._samples += len(index[0])
         self._notify(requests)
+
+    def _rows_of_this_policy(self, requests: list[InferenceRequested]
+                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(slots, steps, rows) of every row this policy acts for in the requested steps."""
+        slots = torch.tensor([r.slot for r in requests], dtype=torch.long)
+        steps = torch.tensor([r.step for r in requests], dtype=torch.long)
+        if self.sole_policy:  # every row is ours: no need to read policy_ids
+            rows_per_slot = self.buffer.layout.rows_per_slot
+            return (slots.repeat_interleave(rows_per_slot), steps.repeat_interleave(rows_per_slot),
+                    torch.arange(rows_per_slot).repeat(len(requests)))
+        mine = self.buffer.policy_ids[slots, steps] == self.policy_id  # [requests, rows]
+        request_index, rows = mine.nonzero(as_tuple=True)
+        return slots[request_index], steps[request_index], rows
 
     def _pull_weights(self, first_weights_timeout_sec: float = 60.0) -> None:
         self.version = self.weights.pull(self.model, self.version)
@@ -129,27 +152,20 @@ class InferenceWorker:
             time.sleep(0.01)
             self.version = self.weights.pull(self.model, self.version)
 
-    def _gather_obs(self, slots: torch.Tensor, steps: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {key: self._flat(tensor[slots, steps]) for key, tensor in self.buffer.obs.items()}
-
-    def _flat(self, tensor: torch.Tensor) -> torch.Tensor:
-        """[requests, rows, ...] on the host -> [requests * rows, ...] on the device."""
-        return tensor.flatten(0, 1).to(self.device, non_blocking=True)
-
-    def _scatter(self, slots: torch.Tensor, steps: torch.Tensor, out) -> None:
-        n, rows = len(slots), self.buffer.layout.rows_per_slot
+    def _scatter(self, index: tuple[torch.Tensor, ...], out) -> None:
         buf = self.buffer
-        buf.actions[slots, steps] = out.actions.reshape(n, rows, -1).to("cpu", buf.actions.dtype)
-        buf.log_probs[slots, steps] = out.log_probs.reshape(n, rows).float().cpu()
-        buf.values[slots, steps] = out.values.reshape(n, rows).float().cpu()
-        buf.policy_versions[slots, steps] = self.version
-        state_size = buf.layout.rnn_state_size
-        buf.rnn_states[slots, steps + 1] = out.new_rnn_states.reshape(n, rows, state_size).cpu()
+        slots, steps, rows = index
+        buf.actions[index] = out.actions.reshape(len(rows), -1).to("cpu", buf.actions.dtype)
+        buf.log_probs[index] = out.log_probs.float().cpu()
+        buf.values[index] = out.values.float().cpu()
+        buf.policy_versions[index] = self.version
+        buf.rnn_states[slots, steps + 1, rows] = out.new_rnn_states.cpu()
 
     def _notify(self, requests: list[InferenceRequested]) -> None:
         by_inbox: dict[tuple[int, int], list[ActionsReady]] = defaultdict(list)
         for r in requests:
-            by_inbox[(r.worker, r.generation)].append(ActionsReady(r.split, r.step))
+            by_inbox[(r.worker, r.generation)].append(
+                ActionsReady(r.split, r.step, self.policy_id))
         for (worker, generation), messages in by_inbox.items():
             send_many(self.rollout_inboxes[worker][generation], messages)
 

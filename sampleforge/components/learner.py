@@ -11,6 +11,7 @@ Must not: touch queues, processes or files; everything resumable is in `state_di
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -47,14 +48,17 @@ class Learner:
     """Model, optimizer and SGD for one policy; see the module docstring."""
 
     def __init__(self, cfg: Config, observation_space: gym.Space, action_space: gym.Space,
-                 device: torch.device, frameskip: int = 1):
+                 device: torch.device, frameskip: int = 1, policy_id: int = 0):
         self.cfg = cfg
         self.device = device
         self.frameskip = frameskip
+        self.policy_id = policy_id
         self.model = make_actor_critic(cfg, observation_space, action_space).to(device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.learning_rate,
-                                          betas=(cfg.adam_beta1, cfg.adam_beta2),
-                                          eps=cfg.adam_eps)
+        # What PBT may change during a run; the config holds only the starting values.
+        self.hyperparameters = {"learning_rate": cfg.learning_rate,
+                                "entropy_coeff": cfg.entropy_coeff,
+                                "adam_beta1": cfg.adam_beta1}
+        self.optimizer = self._new_optimizer()
         self.settings = loss_settings(cfg)
         self.policy_version = 0
         self.env_steps = 0
@@ -79,14 +83,17 @@ class Learner:
                 lags = (self.policy_version - batch.policy_versions[:-1]).float()
                 valids = batch.valids[:-1] * (lags <= self.cfg.max_policy_lag).float()
                 stats = self._sgd_step(batch, valids)
-                stats.update(_lag_stats(lags, self.cfg.max_policy_lag))
+                ours = batch.policy_ids[:-1] == self.policy_id
+                stats.update(_lag_stats(lags[ours] if ours.any() else lags,
+                                        self.cfg.max_policy_lag))
                 lag_min = min(lag_min, stats["policy_lag/min"])
                 lag_max = max(lag_max, stats["policy_lag/max"])
                 on_sgd_step()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
                 steps += 1
-        self.env_steps += data.num_trajectories * self.cfg.rollout * self.frameskip
+        own_steps = int((data.policy_ids[:-1] == self.policy_id).sum())
+        self.env_steps += own_steps * self.frameskip
         out = {k: v / max(steps, 1) for k, v in totals.items()}
         out.update({"policy_lag/min": lag_min, "policy_lag/max": lag_max,
                     "learner/lr": self.optimizer.param_groups[0]["lr"],
@@ -140,18 +147,46 @@ class Learner:
         return float(nn.utils.clip_grad_norm_(params, max_norm))
 
     def _set_learning_rate(self) -> None:
-        lr = self.cfg.learning_rate
+        lr = self.hyperparameters["learning_rate"]
         if self.cfg.lr_schedule == "linear":
             lr *= max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+
+    # --- population-based training --------------------------------------------------------------
+    def set_hyperparameters(self, values: dict[str, float]) -> None:
+        """Use new learning rate, entropy coefficient or Adam beta1 from the next SGD step."""
+        unknown = set(values) - set(self.hyperparameters)
+        if unknown:
+            raise KeyError(f"unknown learner hyperparameters {sorted(unknown)}; "
+                           f"allowed: {sorted(self.hyperparameters)}")
+        self.hyperparameters.update({k: float(v) for k, v in values.items()})
+        self.settings = dataclasses.replace(self.settings,
+                                            entropy_coeff=self.hyperparameters["entropy_coeff"])
+        for group in self.optimizer.param_groups:
+            group["betas"] = (self.hyperparameters["adam_beta1"], self.cfg.adam_beta2)
+        self._set_learning_rate()
+
+    def copy_policy(self, model: nn.Module) -> None:
+        """Continue from another policy's weights (PBT). Its Adam moments belong to its own
+        trajectory through parameter space, so the optimizer starts afresh."""
+        self.model.load_state_dict(model.state_dict())
+        self.optimizer = self._new_optimizer()
+        self.policy_version += 1
+
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        h = self.hyperparameters
+        return torch.optim.Adam(self.model.parameters(), lr=h["learning_rate"],
+                                betas=(h["adam_beta1"], self.cfg.adam_beta2),
+                                eps=self.cfg.adam_eps)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to resume exactly (plain tensors and numbers only)."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "policy_version": self.policy_version, "env_steps": self.env_steps,
-                "skipped_updates": self.skipped_updates}
+                "skipped_updates": self.skipped_updates,
+                "hyperparameters": dict(self.hyperparameters)}
 
     def assert_finite(self) -> None:
         """Raise if any parameter or optimizer statistic is non-finite (never checkpoint one)."""
@@ -184,6 +219,8 @@ class Learner:
         self.policy_version = int(state["policy_version"])
         self.env_steps = int(state["env_steps"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
+        # "hyperparameters" are not restored: a resumed run uses the config's values (which may
+        # have been changed on purpose), and with PBT the runner re-sends the population's.
 
 
 def _first_line(error: Exception) -> str:

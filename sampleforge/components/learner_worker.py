@@ -10,6 +10,7 @@ Must not: decide when training ends or when to checkpoint (the runner does).
 
 from __future__ import annotations
 
+import copy
 import time
 from collections import deque
 from pathlib import Path
@@ -17,16 +18,20 @@ from pathlib import Path
 import gymnasium as gym
 import torch
 
+from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.shared_weights import SharedPolicyWeights
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import CheckpointStore
 from sampleforge.comms.messages import (
     CheckpointSaved,
+    CopyPolicy,
     LearnerReady,
     LoadWeights,
     Pause,
+    PublishSnapshot,
     Resume,
     SaveCheckpoint,
+    SetHyperparameters,
     Stop,
     TrainingReport,
     TrajectoryReady,
@@ -42,24 +47,34 @@ class LearnerWorker:
 
     def __init__(self, *, cfg: Config, policy_id: int, observation_space: gym.Space,
                  action_space: gym.Space, buffer: SharedTrajectoryBuffer,
-                 weights: SharedPolicyWeights, inbox, free_slots, report_queue,
-                 device: torch.device, checkpoint_dir: str, frameskip: int, resume: bool):
+                 weights: dict[int, SharedPolicyWeights], inbox, free_slots,
+                 ledger: SamplerLedger, report_queue, device: torch.device,
+                 checkpoint_dir: str, frameskip: int, resume: bool):
         self.name = f"learner_p{policy_id}"
         self.cfg = cfg
         self.policy_id = policy_id
         self.inbox = inbox
         self.report_queue = report_queue
-        self.weights = weights
+        # Every policy's shared weights: ours to publish, the others' to copy (PBT) and the
+        # frozen opponents' to fill with snapshots.
+        self.all_weights = weights
+        self.weights = weights[policy_id]
         self.running = True
         if cfg.seed is not None:
-            torch.manual_seed(cfg.seed)  # same initial weights for the same seed
-        self.learner = Learner(cfg, observation_space, action_space, device, frameskip)
+            # Same initial weights for the same seed; different ones across the population.
+            torch.manual_seed(cfg.seed + 7919 * policy_id)
+        self.learner = Learner(cfg, observation_space, action_space, device, frameskip,
+                               policy_id=policy_id)
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
         resumed_from = self._resume() if resume else None
         self.weights.publish(self.learner.model, self.learner.policy_version)
+        if policy_id == 0:  # frozen opponents start as the first policy's initial weights
+            for frozen in range(cfg.num_policies, len(weights)):
+                weights[frozen].publish(self.learner.model, 0)
         send_many(report_queue, [LearnerReady(policy_id, self.learner.env_steps,
                                               self.learner.policy_version, resumed_from)])
-        self.batcher = Batcher(buffer, free_slots, cfg.dataset_size // cfg.rollout, device)
+        self.batcher = Batcher(buffer, free_slots, ledger, cfg.dataset_size // cfg.rollout,
+                               device, policy_id=policy_id)
         self._train_seconds = 0.0
         self._arrived: deque[TrajectoryReady] = deque()
 
@@ -80,11 +95,22 @@ class LearnerWorker:
             return  # stopping: don't start another training iteration
         while self._arrived and not self.batcher.ready():
             self.batcher.add(self._arrived.popleft())
+        self.batcher.return_slots()
         if self.batcher.ready():
             self._train()
 
     def close(self) -> None:
         pass
+
+    def snapshot_state(self) -> dict:
+        """Training state plus the trajectories staged or waiting, for an exact resume."""
+        return {"learner": self.learner.state_dict(), "batcher": self.batcher.state_dict(),
+                "arrived": list(self._arrived)}
+
+    def restore_state(self, state: dict) -> None:
+        self.learner.load_state_dict(state["learner"])
+        self.batcher.load_state_dict(state["batcher"])
+        self._arrived = deque(state["arrived"])
 
     def _handle(self, msg) -> None:
         if isinstance(msg, TrajectoryReady):
@@ -93,7 +119,15 @@ class LearnerWorker:
             self._save(msg)
         elif isinstance(msg, LoadWeights):
             self.learner.load_weights(msg.state_dict)
-            self.weights.publish(self.learner.model, self.learner.policy_version)
+            self._publish()
+        elif isinstance(msg, CopyPolicy):
+            self._copy_policy(msg.source_policy)
+        elif isinstance(msg, SetHyperparameters):
+            self.learner.set_hyperparameters(msg.values)
+        elif isinstance(msg, PublishSnapshot):
+            # Versions only need to differ from the last one the frozen inference worker saw.
+            frozen = self.all_weights[msg.frozen_policy]
+            frozen.publish(self.learner.model, frozen.version + 1)
         elif isinstance(msg, Stop):
             self.running = False
         elif not isinstance(msg, (Pause, Resume)):
@@ -109,6 +143,13 @@ class LearnerWorker:
             self.policy_id, self.learner.env_steps, self.learner.policy_version, stats,
             stats.pop("policy_lag/min"), stats.pop("policy_lag/mean"),
             stats.pop("policy_lag/max"))])
+
+    def _copy_policy(self, source: int) -> None:
+        """Continue from the weights `source` last published (PBT replacement)."""
+        model = copy.deepcopy(self.learner.model)
+        self.all_weights[source].pull(model, -1)
+        self.learner.copy_policy(model)
+        self._publish()
 
     def _publish(self) -> None:
         self.weights.publish(self.learner.model, self.learner.policy_version)

@@ -10,6 +10,12 @@ Episode boundaries: when an env's episode ends (terminated or truncated; truncat
 as termination) the env is reset at once, the done flag is written for that step, and the
 recurrent state of the next step is zeroed so the new episode starts fresh.
 
+Policies: each row (an agent seat of an env) is played by one policy, chosen by the
+`PolicyMapping` when its env's episode starts. Each step the worker stamps the rows' policy ids
+into the slot, asks each policy present for actions through that policy's queue and steps the
+envs once all have answered. A finished rollout goes to the learner of every trained policy that
+acted in it, with the rows it played; frozen opponents' rows go nowhere.
+
 For the supervisor it records which slots it owns and a heartbeat in the `SamplerLedger`, and
 stamps its requests with its generation, so that a replacement can take over cleanly.
 
@@ -18,6 +24,7 @@ Must not: import models or learning code, or block on anything but its inbox.
 
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass, field
 from queue import Empty
@@ -34,11 +41,13 @@ from sampleforge.comms.messages import (
     ResendRequests,
     Resume,
     SamplerReport,
+    SetRewardShaping,
     Stop,
     TrajectoryReady,
 )
 from sampleforge.comms.queues import receive, send_many
-from sampleforge.components.env_split import EnvSplit, StepTargets
+from sampleforge.components.env_split import EnvSplit, StepTargets, make_env_split
+from sampleforge.components.policy_mapping import PolicyMapping
 from sampleforge.envs.registry import EnvSpec
 
 REPORT_EVERY_SEC = 1.0
@@ -46,15 +55,15 @@ REPORT_EVERY_SEC = 1.0
 
 @dataclass
 class _Split:
-    """One EnvSplit and where its current rollout is stored."""
+    """One EnvSplit, the policy of each of its rows, and where its current rollout is stored."""
 
     index: int
     envs: EnvSplit
-    policy_id: int = 0
+    row_policy: np.ndarray  # [rows] int32
     slot: int = -1  # -1: waiting for a free slot
     step: int = 0
-    waiting_for_actions: bool = False
-    pending_actions: list[int] = field(default_factory=list)  # steps answered while paused
+    awaiting: set[int] = field(default_factory=set)  # policies whose actions are outstanding
+    pending_actions: list[ActionsReady] = field(default_factory=list)  # arrived while paused
     resent_step: int = -1  # a step whose request was sent twice: not trained on
     # Step T of the last rollout (observations, recurrent state), kept while no slot is free.
     carried: tuple[dict[str, np.ndarray], np.ndarray] | None = None
@@ -64,31 +73,42 @@ class RolloutWorker:
     """Steps envs when their actions are ready; see the module docstring."""
 
     def __init__(self, *, worker_index: int, env_spec: EnvSpec, num_envs: int,
-                 num_splits: int, buffers: dict[int, SharedTrajectoryBuffer], inbox,
-                 inference_queues: dict, learner_queues: dict, free_slots: dict, report_queue,
+                 num_splits: int, buffer: SharedTrajectoryBuffer, inbox,
+                 inference_queues: dict, learner_queues: dict, free_slots, report_queue,
                  ledger: SamplerLedger, seed: int | None, frameskip: int = 1,
-                 env_error_policy: str = "restart", generation: int = 0):
+                 env_error_policy: str = "restart", generation: int = 0,
+                 policy_mapping: PolicyMapping | None = None,
+                 reward_shaping: dict[int, dict[str, float]] | None = None):
         self.name = f"rollout_worker_{worker_index}"
         self.worker_index = worker_index
         self.generation = generation
-        self.buffers = buffers
+        self.buffer = buffer
         self.inbox = inbox
         self.inference_queues = inference_queues
-        self.learner_queues = learner_queues
+        self.learner_queues = learner_queues  # trained policies only
         self.free_slots = free_slots
         self.report_queue = report_queue
         self.ledger = ledger
         self.frameskip = frameskip
         self.running = True
         self.paused = True  # until the runner says Resume
+        self.mapping = policy_mapping or PolicyMapping("random", num_policies=1)
+        self.reward_shaping = dict(reward_shaping or {})
+        self._one_policy = self.mapping.num_policies + self.mapping.num_frozen == 1
+        self._rng = np.random.default_rng(None if seed is None else [seed, worker_index])
         per_split = num_envs // num_splits
-        self.splits = [_Split(index=s, envs=EnvSplit(
-            env_spec=env_spec, worker_index=worker_index, first_env_index=s * per_split,
-            num_envs=per_split, seed=seed, error_policy=env_error_policy))
-            for s in range(num_splits)]
-        self._views = {pid: _NumpyViews(buf) for pid, buf in buffers.items()}
-        self._episode_returns: list[float] = []
-        self._episode_lengths: list[int] = []
+        self.splits = []
+        for s in range(num_splits):
+            envs = make_env_split(env_spec=env_spec, worker_index=worker_index,
+                                  first_env_index=s * per_split, num_envs=per_split, seed=seed,
+                                  error_policy=env_error_policy)
+            split = _Split(index=s, envs=envs,
+                           row_policy=np.zeros(envs.num_rows, dtype=np.int32))
+            for i in range(len(envs)):
+                self._assign_policies(split, i)
+            self.splits.append(split)
+        self._views = _NumpyViews(buffer)
+        self._episodes: dict[int, EpisodesFinished] = {}
         self._faults: list[str] = []
         self._frames_since_report = 0
         self._timings = {"env_step": 0.0, "wait": 0.0}
@@ -99,7 +119,7 @@ class RolloutWorker:
     def start(self) -> None:
         """Reset every env and ask for the first actions of every split."""
         for split in self.splits:
-            views = self._views[split.policy_id]
+            views = self._views
             first_obs = {k: np.empty_like(v[0, 0]) for k, v in views.obs.items()}
             split.envs.reset_all(first_obs)
             split.carried = (first_obs, np.zeros_like(views.rnn_states[0, 0]))
@@ -130,14 +150,28 @@ class RolloutWorker:
         for split in self.splits:
             split.envs.close()
 
+    # --- exact resume (serial mode) -------------------------------------------------------------
+    def snapshot_state(self) -> dict:
+        """Everything this worker holds, envs included (pickled), for an exact resume."""
+        return {"splits": pickle.dumps(self.splits), "rng": self._rng.bit_generator.state,
+                "paused": self.paused, "started": self._started,
+                "reward_shaping": dict(self.reward_shaping)}
+
+    def restore_state(self, state: dict) -> None:
+        self.close()
+        self.splits = pickle.loads(state["splits"])
+        self._rng.bit_generator.state = state["rng"]
+        self.paused, self._started = state["paused"], state["started"]
+        self.reward_shaping = state["reward_shaping"]
+
     # --- messages -------------------------------------------------------------------------------
     def _handle(self, msg) -> None:
         if isinstance(msg, ActionsReady):
             split = self.splits[msg.split]
             if self.paused:
-                split.pending_actions.append(msg.step)
+                split.pending_actions.append(msg)
             else:
-                self._on_actions_ready(split, msg.step)
+                self._on_actions_ready(split, msg)
         elif isinstance(msg, Pause):
             self.paused = True
             self._maybe_report(force=True)  # the runner's summary should see every episode
@@ -145,22 +179,26 @@ class RolloutWorker:
             self.paused = False
             for split in self.splits:
                 pending, split.pending_actions = split.pending_actions, []
-                for step in pending:
-                    self._on_actions_ready(split, step)
+                for answer in pending:
+                    self._on_actions_ready(split, answer)
         elif isinstance(msg, ResendRequests):
             self._resend_requests()
+        elif isinstance(msg, SetRewardShaping):
+            self.reward_shaping[msg.policy_id] = dict(msg.coefficients)
         elif isinstance(msg, Stop):
             self.running = False
         else:
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
 
-    def _on_actions_ready(self, split: _Split, step: int) -> None:
-        if step != split.step or not split.waiting_for_actions:
+    def _on_actions_ready(self, split: _Split, answer: ActionsReady) -> None:
+        if answer.step != split.step or answer.policy_id not in split.awaiting:
             return  # a duplicate answer to a re-sent request: the first one was used
-        split.waiting_for_actions = False
+        split.awaiting.discard(answer.policy_id)
+        if split.awaiting:
+            return  # other policies of this split have not answered yet
         self._step_envs(split)
         split.step += 1
-        if split.step == self.buffers[split.policy_id].rollout:
+        if split.step == self.buffer.rollout:
             self._finish_rollout(split)
         if split.slot >= 0:
             self._request_actions(split)
@@ -172,13 +210,13 @@ class RolloutWorker:
         that step is marked invalid rather than trained on with the wrong log-probability.
         """
         for split in self.splits:
-            if split.waiting_for_actions and not split.pending_actions:
+            if split.awaiting and not split.pending_actions:
                 split.resent_step = split.step
-                self._request_actions(split)
+                self._send_requests(split, split.awaiting)
 
     # --- env stepping ---------------------------------------------------------------------------
     def _step_envs(self, split: _Split) -> None:
-        views = self._views[split.policy_id]
+        views = self._views
         slot, t = split.slot, split.step
         targets = StepTargets(rewards=views.rewards[slot, t], dones=views.dones[slot, t],
                               valids=views.valids[slot, t], next_obs=views.obs_at(slot, t + 1))
@@ -188,40 +226,69 @@ class RolloutWorker:
         if split.resent_step == t:
             targets.valids[:] = 0.0
             split.resent_step = -1
-        self._episode_returns += outcome.episode_returns
-        self._episode_lengths += outcome.episode_lengths
+        for ret, length, row, win in zip(outcome.episode_returns, outcome.episode_lengths,
+                                         outcome.episode_rows, outcome.episode_wins):
+            self._record_episode(int(split.row_policy[row]), ret, length, win)
         self._faults += outcome.faults
+        for i in set(outcome.ended_envs):
+            self._assign_policies(split, i)
         # A new episode starts with a fresh recurrent state.
         views.rnn_states[slot, t + 1][targets.dones > 0] = 0.0
-        self._frames_since_report += len(split.envs) * self.frameskip
+        self._frames_since_report += split.envs.num_rows * self.frameskip
+
+    def _assign_policies(self, split: _Split, i: int) -> None:
+        """A new episode of env `i` of the split: draw the policy of each of its seats."""
+        if self._one_policy:
+            return  # every row is policy 0's, as initialised
+        envs = split.envs
+        env_index = envs.contexts[i].env_index
+        policies = self.mapping.assign(env_index, envs.seats, self._rng)
+        split.row_policy[envs.env_rows(i)] = policies
+        if self.reward_shaping:
+            for seat, policy in enumerate(policies.tolist()):
+                if policy in self.reward_shaping:
+                    envs.set_reward_shaping(i, seat, self.reward_shaping[policy])
 
     def _finish_rollout(self, split: _Split) -> None:
-        buffer = self.buffers[split.policy_id]
         finished = split.slot
         split.step = 0
         if self._acquire_slot(split):
-            buffer.carry_over(finished, split.slot)
+            self.buffer.carry_over(finished, split.slot)
         else:
             # Keep step T ourselves: once handed over, the slot may be reused at any time.
-            views = self._views[split.policy_id]
+            views = self._views
             split.carried = ({k: v[finished, -1].copy() for k, v in views.obs.items()},
                              views.rnn_states[finished, -1].copy())
             split.slot = -1
-        self.ledger.release(split.policy_id, finished)
-        send_many(self.learner_queues[split.policy_id], [TrajectoryReady(
-            split.policy_id, finished, len(split.envs), self.worker_index)])
+        self._hand_over(split, finished)
+
+    def _hand_over(self, split: _Split, slot: int) -> None:
+        """Send the slot to the learner of each trained policy that acted in it."""
+        acted = self._views.policy_ids[slot, :-1]  # [T, rows]
+        rows_of = {p: np.flatnonzero((acted == p).any(axis=0)) for p in self.learner_queues}
+        rows_of = {p: rows for p, rows in rows_of.items() if len(rows)}
+        self.ledger.hand_over(slot, readers=list(rows_of))
+        if not rows_of:  # only frozen opponents played: nothing to learn from
+            send_many(self.free_slots, [slot])
+            return
+        every_row = split.envs.num_rows
+        returner = min(rows_of)
+        for p, rows in rows_of.items():
+            send_many(self.learner_queues[p], [TrajectoryReady(
+                p, slot, None if len(rows) == every_row else tuple(rows.tolist()),
+                self.worker_index, returns_slot=p == returner)])
 
     def _acquire_slot(self, split: _Split) -> bool:
         """Take a free slot if there is one now (never waits: a process killed while waiting
         on a shared queue could leave it unusable for everyone)."""
         try:
-            split.slot = self.free_slots[split.policy_id].get(block=False)
+            split.slot = self.free_slots.get(block=False)
         except Empty:
             split.slot = -1
             return False
-        self.ledger.slot_owners[split.policy_id][split.slot] = self.worker_index
+        self.ledger.take(split.slot, self.worker_index)
         if split.carried is not None:
-            views = self._views[split.policy_id]
+            views = self._views
             observations, rnn_state = split.carried
             for key, value in observations.items():
                 views.obs[key][split.slot, 0] = value
@@ -230,21 +297,40 @@ class RolloutWorker:
         return True
 
     def _request_actions(self, split: _Split) -> None:
-        split.waiting_for_actions = True
-        send_many(self.inference_queues[split.policy_id], [InferenceRequested(
-            self.worker_index, split.index, split.slot, split.step, self.generation)])
+        self._views.policy_ids[split.slot, split.step] = split.row_policy
+        if self._one_policy:
+            policies = {0}  # skips np.unique on the hot path of the common case
+        else:
+            policies = set(np.unique(split.row_policy).tolist())
+        split.awaiting = policies
+        self._send_requests(split, policies)
+
+    def _send_requests(self, split: _Split, policies: set[int]) -> None:
+        request = InferenceRequested(self.worker_index, split.index, split.slot, split.step,
+                                     self.generation)
+        for p in policies:
+            send_many(self.inference_queues[p], [request])
 
     # --- reporting ------------------------------------------------------------------------------
+    def _record_episode(self, policy: int, ret: float, length: int, win: float | None) -> None:
+        record = self._episodes.get(policy)
+        if record is None:
+            record = self._episodes[policy] = EpisodesFinished(policy, [], [], [])
+        record.returns.append(ret)
+        record.lengths.append(length)
+        if win is not None:
+            record.wins.append(float(win))
+
     def _maybe_report(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last_report < REPORT_EVERY_SEC:
             return
         reports = [SamplerReport(self.worker_index, self._frames_since_report,
                                  dict(self._timings), env_faults=self._faults)]
-        if self._episode_returns:
-            reports.append(EpisodesFinished(0, self._episode_returns, self._episode_lengths))
+        reports += list(self._episodes.values())
         send_many(self.report_queue, reports)
-        self._episode_returns, self._episode_lengths, self._faults = [], [], []
+        self._episodes = {}
+        self._faults = []
         self._frames_since_report = 0
         self._timings = {k: 0.0 for k in self._timings}
         self._last_report = now
@@ -260,6 +346,7 @@ class _NumpyViews:
         self.dones = buffer.dones.numpy()
         self.valids = buffer.valids.numpy()
         self.rnn_states = buffer.rnn_states.numpy()
+        self.policy_ids = buffer.policy_ids.numpy()
 
     def obs_at(self, slot: int, t: int) -> dict[str, np.ndarray]:
         return {k: v[slot, t] for k, v in self.obs.items()}

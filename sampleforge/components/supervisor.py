@@ -112,11 +112,11 @@ class Supervisor:
 
     def _reclaim_slots(self, worker: int) -> None:
         ledger = self.wiring.ledger
-        for policy, slots in ledger.slots_of(worker).items():
-            for slot in slots:
-                ledger.release(policy, slot)
-            send_many(self.wiring.free_slots[policy], slots)
-            log.info("reclaimed %d trajectory slots of rollout worker %d", len(slots), worker)
+        slots = ledger.slots_of(worker)
+        for slot in slots:
+            ledger.release(slot)
+        send_many(self.wiring.free_slots, slots)
+        log.info("reclaimed %d trajectory slots of rollout worker %d", len(slots), worker)
 
     def _kill_hung_workers(self) -> None:
         if self.cfg.serial_mode:

@@ -17,6 +17,7 @@ _GROUP_TITLES = {
     "experiment": "experiment",
     "stopping": "when to stop",
     "sampling": "sampling (rollout and inference workers)",
+    "population": "policies, self-play and population-based training",
     "learner": "learner and loss",
     "model": "model",
     "reliability": "faults and recovery",
@@ -66,7 +67,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
             default = ",".join(map(str, default))
         groups[group_name].add_argument(
             f"--{f.name}", type=str, default=argparse.SUPPRESS, metavar=_metavar(hints[f.name]),
-            help=f"{f.metadata['help']} (default: {default})")
+            # argparse treats "%" in help as a format directive.
+            help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"))
 
 
 def config_from_args(args: argparse.Namespace, base: Config | None = None) -> Config:

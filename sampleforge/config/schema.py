@@ -27,6 +27,8 @@ ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
 RestartBehavior = Literal["resume", "overwrite"]
 EnvErrorPolicy = Literal["restart", "fail"]
+PbtObjective = Literal["auto", "mean_return", "win_rate"]
+PresetName = Literal["mujoco", "atari", "doom", "duel"]
 
 
 def option(default: Any, help: str, group: str, auto: Optional[Callable[[], Any]] = None) -> Any:
@@ -57,6 +59,10 @@ class Config:
     restart_behavior: RestartBehavior = option(
         "resume", "What to do when the experiment folder exists: resume from its latest "
         "checkpoint, or overwrite (delete it and start fresh).", "experiment")
+    preset: Optional[PresetName] = option(
+        None, "Settings that make an env family learn well, under any you give yourself: "
+        "mujoco (continuous control), atari, doom (VizDoom from pixels), duel (self-play).",
+        "experiment")
     seed: Optional[int] = option(None, "Random seed for torch, numpy and the envs. Default: "
                                  "random.", "experiment")
     device: DeviceName = option("auto", "Device of the learner and inference workers: cpu, "
@@ -84,12 +90,42 @@ class Config:
     worker_num_splits: int = option(2, "Groups the worker's envs are split into; 2 gives "
                                     "double-buffered sampling.", "sampling")
     num_inference_workers: int = option(1, "Inference worker processes per policy.", "sampling")
-    num_policies: int = option(1, "Policies trained at once (each with its own learner and "
-                               "inference workers).", "sampling")
     rollout: int = option(32, "Trajectory length T: env steps per trajectory sent to the "
                           "learner.", "sampling")
     max_policy_lag: int = option(100, "Samples older than this many SGD steps are dropped from "
                                  "training.", "sampling")
+
+    # --- policies, self-play and population-based training ----------------------------------------
+    num_policies: int = option(1, "Policies trained at once (each with its own learner and "
+                               "inference workers).", "population")
+    policy_mapping: str = option(
+        "random", "Who plays each agent seat, drawn at every episode start: random (a random "
+        "trained policy; opponents may be frozen snapshots), seat (seat i plays policy i mod "
+        "num_policies), or package.module:function (see docs/multi_agent.md).", "population")
+    num_frozen_opponents: int = option(
+        0, "Frozen snapshots of trained policies kept as opponents (self-play against past "
+        "selves); they act but are never trained.", "population")
+    frozen_opponent_prob: float = option(
+        0.2, "Probability that an opponent seat is played by a frozen snapshot (random "
+        "mapping, with num_frozen_opponents > 0).", "population")
+    snapshot_every_env_steps: int = option(
+        200_000, "Env steps between refreshing one frozen snapshot (round robin) with a random "
+        "trained policy's current weights.", "population")
+    with_pbt: bool = option(False, "Population-based training over the num_policies policies "
+                            "(paper A.3.1).", "population")
+    pbt_period_env_steps: int = option(
+        500_000, "Env steps (all policies together) between PBT rounds.", "population")
+    pbt_objective: PbtObjective = option(
+        "auto", "What PBT ranks policies by: mean_return, win_rate (self-play), or auto "
+        "(win_rate when the env reports match outcomes).", "population")
+    pbt_replace_threshold: float = option(
+        0.0, "A worst-30% policy copies a best-30% policy only when their objectives differ by "
+        "more than this.", "population")
+    pbt_mutation_probability: float = option(0.15, "Chance that PBT mutates each "
+                                             "hyperparameter of a bottom-70% policy.",
+                                             "population")
+    pbt_mutation_factor: float = option(1.2, "PBT multiplies or divides a mutated "
+                                        "hyperparameter by this.", "population")
 
     # --- learner --------------------------------------------------------------------------------
     batch_size: int = option(512, "Minibatch size in samples; a multiple of rollout (minibatches "
@@ -174,8 +210,9 @@ class Config:
 
     @property
     def experiment_name(self) -> str:
-        """The experiment folder's name: `experiment`, or the env name when unset."""
-        return self.experiment or self.env
+        """The experiment folder's name: `experiment`, or the env name when unset (with any
+        '/' or ':' of names like `pettingzoo:family/env` made '_')."""
+        return self.experiment or self.env.replace("/", "_").replace(":", "_")
 
     @property
     def envs_per_split(self) -> int:

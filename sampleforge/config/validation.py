@@ -14,6 +14,7 @@ import types
 import typing
 from typing import Any, Iterable, Mapping
 
+from sampleforge.config.presets import PRESET_NAMES, preset_settings
 from sampleforge.config.schema import Config, config_fields
 
 
@@ -148,6 +149,7 @@ def make_config(base: Config | None = None, **overrides: Any) -> Config:
     Raises ConfigError listing every unknown name, bad type and violated rule at once.
     """
     base = base or Config()
+    overrides = _with_preset(overrides)
     types_by_name = _field_types()
     autos = {f.name: f.metadata.get("auto") for f in config_fields()}
     problems: list[str] = []
@@ -170,6 +172,15 @@ def make_config(base: Config | None = None, **overrides: Any) -> Config:
     return cfg
 
 
+def _with_preset(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The preset's settings under the explicit ones (an unknown preset is left for the type
+    check to report)."""
+    name = overrides.get("preset")
+    if name not in PRESET_NAMES:
+        return overrides
+    return {**preset_settings(name), **overrides}
+
+
 def config_from_dict(data: Mapping[str, Any]) -> Config:
     """Rebuild a config saved with `config_to_dict` (unknown keys are refused)."""
     return make_config(**dict(data))
@@ -179,12 +190,14 @@ _POSITIVE_INTS = ("num_workers", "num_envs_per_worker", "worker_num_splits",
                   "num_inference_workers", "num_policies", "rollout", "batch_size",
                   "num_batches_per_epoch", "num_epochs", "rnn_size", "keep_checkpoints",
                   "train_for_env_steps", "max_policy_lag", "max_consecutive_skipped_updates",
-                  "eval_episodes")
+                  "eval_episodes", "snapshot_every_env_steps", "pbt_period_env_steps")
 _POSITIVE_FLOATS = ("learning_rate", "adam_eps", "report_every_sec", "save_every_sec",
                     "reward_scale", "env_step_timeout_sec")
-_UNIT_INTERVAL = ("gamma", "gae_lambda", "adam_beta1", "adam_beta2")
+_UNIT_INTERVAL = ("gamma", "gae_lambda", "adam_beta1", "adam_beta2", "frozen_opponent_prob",
+                  "pbt_mutation_probability")
 _NON_NEGATIVE = ("max_grad_norm", "value_loss_coeff", "entropy_coeff", "ppo_clip_ratio",
-                 "vtrace_rho_bar", "vtrace_c_bar")
+                 "vtrace_rho_bar", "vtrace_c_bar", "num_frozen_opponents",
+                 "pbt_replace_threshold")
 
 
 def range_problems(cfg: Config) -> list[str]:
@@ -212,6 +225,8 @@ def range_problems(cfg: Config) -> list[str]:
         value = getattr(cfg, name)
         if value is not None and not value > 0:
             problems.append(f"{name}: {value} must be > 0 (or none)")
+    if not cfg.pbt_mutation_factor > 1.0:
+        problems.append(f"pbt_mutation_factor: {cfg.pbt_mutation_factor} must be > 1")
     if any(size < 1 for size in cfg.mlp_hidden_sizes):
         problems.append(f"mlp_hidden_sizes: {cfg.mlp_hidden_sizes} must all be >= 1")
     if not cfg.experiment_name.strip() or "/" in cfg.experiment_name:
@@ -229,9 +244,22 @@ def cross_field_problems(cfg: Config) -> list[str]:
     if cfg.rollout >= 1 and cfg.batch_size % cfg.rollout:
         problems.append(f"batch_size ({cfg.batch_size}) must be a multiple of rollout "
                         f"({cfg.rollout}): minibatches hold whole trajectories")
-    if cfg.num_policies != 1:
-        problems.append(f"num_policies: {cfg.num_policies} is not supported yet (only 1)")
+    if cfg.with_pbt and cfg.num_policies < 2:
+        problems.append(f"with_pbt needs a population: num_policies ({cfg.num_policies}) must "
+                        "be >= 2")
+    problems += _policy_mapping_problems(cfg)
     return problems
+
+
+def _policy_mapping_problems(cfg: Config) -> list[str]:
+    from sampleforge.components.policy_mapping import PolicyMapping, PolicyMappingError
+
+    try:
+        PolicyMapping(cfg.policy_mapping, cfg.num_policies, cfg.num_frozen_opponents,
+                      cfg.frozen_opponent_prob)
+    except PolicyMappingError as e:
+        return [str(e)]
+    return []
 
 
 def validate_config(cfg: Config) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, SupportsFloat
 
@@ -58,16 +58,23 @@ class EnvSpec:
     frameskip: int = 1
     reward_threshold: float | None = None
     description: str = ""
+    # The factory returns a `MultiAgentEnv` (several agent seats) rather than a gymnasium.Env.
+    multi_agent: bool = False
 
 
 @dataclass(frozen=True)
 class EnvInfo:
-    """Static description of an environment, computed once per name and process."""
+    """Static description of an environment, computed once per name and process.
+
+    For a multi-agent env the spaces are those of one agent seat."""
 
     observation_space: gym.Space
     action_space: gym.Space
     frameskip: int
     reward_threshold: float | None
+    num_agents: int = 1
+    # Reward-shaping coefficients PBT may mutate, with their defaults (multi-agent envs).
+    reward_shaping: dict[str, float] = field(default_factory=dict)
 
 
 class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
@@ -91,6 +98,8 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
 
 _REGISTRY: dict[str, EnvSpec] = {}
 _INFO_CACHE: dict[str, EnvInfo] = {}
+# Families whose names are patterns rather than a list (e.g. "pettingzoo:<module>").
+_RESOLVERS: list[Callable[[str], "EnvSpec | None"]] = []
 _ale_registration_tried = False
 
 
@@ -102,8 +111,10 @@ def register_env(
     reward_threshold: float | None = None,
     description: str = "",
     overwrite: bool = False,
+    multi_agent: bool = False,
 ) -> None:
-    """Register ``factory`` under ``name``; ``factory(context)`` must return a gymnasium.Env."""
+    """Register ``factory`` under ``name``; ``factory(context)`` must return a gymnasium.Env,
+    or a ``sampleforge.envs.multi_agent.MultiAgentEnv`` when ``multi_agent`` is true."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"environment name must be a non-empty string, got {name!r}")
     if not callable(factory):
@@ -120,9 +131,16 @@ def register_env(
         frameskip=frameskip,
         reward_threshold=None if reward_threshold is None else float(reward_threshold),
         description=description,
+        multi_agent=multi_agent,
     )
     # A replaced factory may have different spaces.
     _INFO_CACHE.pop(name, None)
+
+
+def register_env_resolver(resolver: Callable[[str], EnvSpec | None]) -> None:
+    """Let ``resolver(name)`` build specs for names no one registered one by one (it returns
+    None for names that are not its own)."""
+    _RESOLVERS.append(resolver)
 
 
 def registered_envs() -> list[str]:
@@ -134,6 +152,10 @@ def resolve_env(name: str) -> EnvSpec:
     """Find the spec for ``name``: a sampleforge name first, then a Gymnasium id."""
     if name in _REGISTRY:
         return _REGISTRY[name]
+    for resolver in _RESOLVERS:
+        spec = resolver(name)
+        if spec is not None:
+            return spec
     gym_spec = gym.registry.get(name)
     if gym_spec is None:
         # ALE ids only exist in gymnasium's registry once ale_py is imported; do it only
@@ -172,17 +194,36 @@ def make_env(name: str | EnvSpec, context: EnvContext = EnvContext()) -> gym.Env
     spec = name if isinstance(name, EnvSpec) else resolve_env(name)
     name = spec.name
     env = spec.factory(context)
+    if spec.multi_agent:
+        return _checked_multi_agent(name, env, context)
     if not isinstance(env, gym.Env):
         raise TypeError(
             f"factory for {name!r} returned {type(env).__name__}, expected a gymnasium.Env"
         )
     if not _has_episode_statistics(env):
         env = EpisodeStatistics(env)
+    _seed_spaces(env, context)
+    return env
+
+
+def _checked_multi_agent(name: str, env: Any, context: EnvContext) -> Any:
+    from sampleforge.envs.multi_agent import MultiAgentEnv
+
+    if not isinstance(env, MultiAgentEnv):
+        raise TypeError(
+            f"factory for multi-agent env {name!r} returned {type(env).__name__}, "
+            "expected a sampleforge.envs.multi_agent.MultiAgentEnv"
+        )
+    # Episode statistics of multi-agent envs are counted per seat by the rollout worker.
+    _seed_spaces(env, context)
+    return env
+
+
+def _seed_spaces(env: Any, context: EnvContext) -> None:
     seed = env_seed(context)
     if seed is not None:
         env.action_space.seed(seed)
         env.observation_space.seed(seed)
-    return env
 
 
 def env_info(name: str) -> EnvInfo:
@@ -198,6 +239,8 @@ def env_info(name: str) -> EnvInfo:
             action_space=env.action_space,
             frameskip=spec.frameskip,
             reward_threshold=spec.reward_threshold,
+            num_agents=int(getattr(env, "num_agents", 1)) if spec.multi_agent else 1,
+            reward_shaping=dict(getattr(env, "reward_shaping_defaults", {})),
         )
     finally:
         env.close()

@@ -61,10 +61,10 @@ def _setup(rollout=4, rnn_size=3, num_slots=6):
     send_many(queues["free"], list(range(num_slots)))
     worker = RolloutWorker(
         worker_index=0, env_spec=EnvSpec("counting", make_counting_env), num_envs=4,
-        num_splits=2, buffers={0: buffer}, inbox=queues["inbox"],
+        num_splits=2, buffer=buffer, inbox=queues["inbox"],
         inference_queues={0: queues["inference"]}, learner_queues={0: queues["learner"]},
-        free_slots={0: queues["free"]}, report_queue=queues["report"],
-        ledger=SamplerLedger(1, {0: num_slots}), seed=0)
+        free_slots=queues["free"], report_queue=queues["report"],
+        ledger=SamplerLedger(1, num_slots), seed=0)
     return worker, buffer, queues
 
 
@@ -95,7 +95,7 @@ def test_rollout_worker_fills_slots_by_the_protocol():
         s = msg.slot
         obs, actions = buffer.obs["obs"][s], buffer.actions[s]
         for t in range(T):
-            for row in range(msg.num_rows):
+            for row in range(buffer.layout.rows_per_slot):
                 done = buffer.dones[s, t, row] > 0
                 # The action taken at t is in the observation of t+1 and is the reward.
                 assert buffer.rewards[s, t, row] == actions[t, row, 0]

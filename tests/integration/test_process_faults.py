@@ -268,22 +268,22 @@ def _survive_then_train_to_a_target(runner: Runner, run: BackgroundRun) -> dict:
 
 
 def _account_for_slots(runner: Runner, timeout: float = 15.0) -> dict:
-    """With the rollout workers paused, wait until every slot of policy 0 is in the free-slot
-    queue or owned by a worker (the learner frees what it staged). Free slots are put back."""
+    """With the rollout workers paused, wait until every slot is in the free-slot queue or
+    owned by a worker (the learner frees what it staged). Free slots are put back."""
     wiring = runner.wiring
-    num_slots = wiring.buffers[0].layout.num_slots
-    owners = wiring.ledger.slot_owners[0]
+    num_slots = wiring.buffer.layout.num_slots
+    owners = wiring.ledger.slot_owners
     free: list[int] = []
     deadline = time.monotonic() + timeout
     try:
         while True:
-            free += receive(wiring.free_slots[0], 0.0)
+            free += receive(wiring.free_slots, 0.0)
             owned = {s: int(owners[s]) for s in range(num_slots) if int(owners[s]) >= 0}
             if len(set(free) | set(owned)) >= num_slots or time.monotonic() > deadline:
                 return {"num_slots": num_slots, "free": list(free), "owned": owned}
             time.sleep(0.05)
     finally:
-        send_many(wiring.free_slots[0], list(free))
+        send_many(wiring.free_slots, list(free))
 
 
 def _assert_slots_restored(slots: dict, workers: int) -> None:

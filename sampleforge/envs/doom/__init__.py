@@ -1,20 +1,19 @@
 """VizDoom scenarios as sampleforge environments (paper section 4.3 and appendix A.3).
 
 Responsibility: register every name of :data:`DOOM_SCENARIOS` (``doom_basic``, ...,
-``doom_deathmatch_bots``) with its frameskip, and export the public Doom names. Importing this
-package does not import vizdoom; building an env does, and says to run
-``pip install 'sampleforge[doom]'`` when it is missing.
+``doom_deathmatch_bots``) with its frameskip, and the two-player ``doom_duel`` as a multi-agent
+env (frameskip 2), and export the public Doom names. Importing this package does not import
+vizdoom; building an env does, and says to run ``pip install 'sampleforge[doom]'`` when it is
+missing.
 
 It must not: hold environment logic (see the modules below) or import optional dependencies.
 
 Modules: ``scenarios.py`` (names -> .cfg files, action set, frameskip, bots, shaping),
 ``actions.py`` (action spaces), ``measurements.py`` (HUD vector), ``reward_shaping.py``,
-``doom_env.py`` (the gymnasium.Env and ``make_doom_env``).
+``doom_env.py`` (the gymnasium.Env and ``make_doom_env``), ``duel.py`` (``doom_duel``).
 
-Not here: the two-player ``doom_duel`` (two game instances joined over UDP on the loopback
-interface, advancing in lockstep, one agent per instance, as in the paper's self-play
-experiment). It needs the multi-agent environment interface, which sampleforge does not have
-yet; until it exists, ``doom_deathmatch_bots`` is the only opponent-based scenario.
+``doom_duel`` is the paper's self-play duel: two game instances joined over UDP on the loopback
+interface, advancing in lockstep, one agent seat per instance (``duel.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +22,12 @@ from functools import partial
 
 from sampleforge.envs.doom.actions import AIM_DEGREES, HEAD_NAMES, HEAD_SIZES
 from sampleforge.envs.doom.doom_env import INSTALL_HINT, DoomEnv, make_doom_env
+from sampleforge.envs.doom.duel import (
+    DoomDuelConnectionError,
+    DoomDuelEnv,
+    DoomDuelError,
+    make_doom_duel,
+)
 from sampleforge.envs.doom.measurements import MEASUREMENT_NAMES
 from sampleforge.envs.doom.reward_shaping import (
     DoomRewardShaping,
@@ -31,6 +36,7 @@ from sampleforge.envs.doom.reward_shaping import (
     shaping_terms,
 )
 from sampleforge.envs.doom.scenarios import (
+    DEATHMATCH_FRAMESKIP,
     DOOM_SCENARIOS,
     DoomScenario,
     UnknownDoomScenarioError,
@@ -45,12 +51,16 @@ __all__ = [
     "HEAD_SIZES",
     "INSTALL_HINT",
     "MEASUREMENT_NAMES",
+    "DoomDuelConnectionError",
+    "DoomDuelEnv",
+    "DoomDuelError",
     "DoomEnv",
     "DoomRewardShaping",
     "DoomRewardShapingWrapper",
     "DoomScenario",
     "UnknownDoomScenarioError",
     "doom_scenario",
+    "make_doom_duel",
     "make_doom_env",
     "shaped_reward",
     "shaping_terms",
@@ -66,6 +76,15 @@ def _register_doom_scenarios() -> None:
             frameskip=scenario.frameskip,
             description=f"VizDoom: {scenario.description}",
         )
+    # Two seats, one game instance each (duel.py); the same frameskip as the bot deathmatch.
+    register_env(
+        "doom_duel",
+        make_doom_duel,
+        multi_agent=True,
+        frameskip=DEATHMATCH_FRAMESKIP,
+        description="VizDoom: two-player deathmatch on the CIG 2016 map for self-play; "
+        "win = more frags",
+    )
 
 
 _register_doom_scenarios()

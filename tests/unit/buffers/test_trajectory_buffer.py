@@ -61,7 +61,8 @@ def test_shapes_and_dtypes(buffer):
 def test_fields_lists_every_tensor(buffer):
     fields = buffer.fields()
     assert set(fields) == {"obs.image", "obs.vector", "actions", "rnn_states", "rewards",
-                           "dones", "valids", "log_probs", "values", "policy_versions"}
+                           "dones", "valids", "log_probs", "values", "policy_versions",
+                           "policy_ids"}
     assert fields["obs.image"] is buffer.obs["image"]
     assert fields["rewards"] is buffer.rewards
     assert fields["policy_versions"] is buffer.policy_versions

@@ -27,7 +27,8 @@ def _dataset(T=9, B=4, reward=0.0) -> Dataset:
                    rnn_states=torch.zeros(T, B, 0), rewards=torch.full((T, B), reward),
                    dones=torch.zeros(T, B), valids=torch.ones(T, B),
                    log_probs=torch.full((T, B), -0.69), values=torch.zeros(T, B),
-                   policy_versions=torch.zeros(T, B, dtype=torch.int64))
+                   policy_versions=torch.zeros(T, B, dtype=torch.int64),
+                   policy_ids=torch.zeros(T, B, dtype=torch.int32))
 
 
 def _state(learner: Learner) -> dict:

@@ -153,7 +153,11 @@ def test_several_violations_reported_at_once():
     (dict(reward_clip=-1.0), "reward_clip"),
     (dict(gamma=float("nan")), "gamma"),
     (dict(experiment="a/b"), "experiment"),
-    (dict(num_policies=2), "num_policies"),
+    (dict(num_policies=0), "num_policies"),
+    (dict(frozen_opponent_prob=1.5), "frozen_opponent_prob"),
+    (dict(pbt_mutation_factor=0.9), "pbt_mutation_factor"),
+    (dict(with_pbt=True), "with_pbt"),
+    (dict(policy_mapping="bogus"), "policy_mapping"),
 ])
 def test_single_range_violation_names_the_field(overrides, field):
     with pytest.raises(ConfigError) as info:

@@ -1,0 +1,215 @@
+"""The runner's side of a policy population: per-policy statistics, frozen snapshots and PBT.
+
+The runner hands it every `EpisodesFinished` report and, on each loop, the total env steps; it
+answers with the commands that carry out its decisions:
+
+- **Statistics** per policy: mean return and length over its last 100 episodes, its win rate
+  over its last 100 matches (envs that report outcomes), its policy lag and its share of the
+  samples trained on, written as `policy_<p>/...` scalars and one console line.
+- **Frozen snapshots**: every `snapshot_every_env_steps`, frozen opponent `k` (round robin)
+  becomes a copy of a random trained policy (`PublishSnapshot` to that policy's learner).
+- **PBT** (`with_pbt`): at each round of `sampleforge.pbt.PopulationBasedTraining`, replaced
+  policies copy their source's weights (`CopyPolicy`), every policy an event touched gets its
+  hyperparameters (`SetHyperparameters`) and reward shaping (`SetRewardShaping` to every
+  rollout worker). Events go to `<experiment>/pbt_history.jsonl` and TensorBoard; the PBT state
+  is saved to `<experiment>/pbt_state.json` after every round and at every checkpoint, and a
+  resumed run continues from it.
+
+Must not: touch processes, buffers or learning; it only decides and sends commands.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from sampleforge.comms.messages import (
+    CopyPolicy,
+    EpisodesFinished,
+    PublishSnapshot,
+    SetHyperparameters,
+    SetRewardShaping,
+    TrainingReport,
+)
+from sampleforge.comms.queues import send_many
+from sampleforge.components.experiment import write_json_atomic
+from sampleforge.config import Config
+from sampleforge.pbt import (
+    HISTORY_FILENAME,
+    PbtEvent,
+    PbtHistory,
+    PbtSettings,
+    PopulationBasedTraining,
+)
+from sampleforge.telemetry import EpisodeStatsWindow
+
+log = logging.getLogger(__name__)
+
+PBT_STATE_FILENAME = "pbt_state.json"
+SHAPING_PREFIX = "shaping."
+LEARNER_HYPERPARAMETERS = ("learning_rate", "entropy_coeff", "adam_beta1")
+
+
+class Population:
+    """Statistics and population decisions for the runner; see the module docstring."""
+
+    def __init__(self, cfg: Config, wiring, experiment_path: Path,
+                 reward_shaping: dict[str, float], resume: bool):
+        self.cfg = cfg
+        self.wiring = wiring
+        self.path = experiment_path
+        self.returns = {p: EpisodeStatsWindow(100) for p in range(cfg.num_policies)}
+        self.wins: dict[int, deque[float]] = {p: deque(maxlen=100)
+                                              for p in range(cfg.num_policies)}
+        self.lag: dict[int, float] = {}  # mean policy lag of each learner's last iteration
+        self.env_steps: dict[int, int] = {}
+        self._rng = np.random.default_rng(cfg.seed)
+        self._next_snapshot = cfg.snapshot_every_env_steps
+        self._snapshots = 0
+        self.pbt: Optional[PopulationBasedTraining] = None
+        self.history: Optional[PbtHistory] = None
+        if cfg.with_pbt:
+            self._start_pbt(reward_shaping, resume)
+
+    # --- statistics -----------------------------------------------------------------------------
+    def on_episodes(self, msg: EpisodesFinished) -> None:
+        if msg.policy_id in self.returns:  # frozen opponents' episodes are not tracked
+            self.returns[msg.policy_id].add(msg.returns, msg.lengths)
+            self.wins[msg.policy_id].extend(msg.wins)
+
+    def on_training(self, msg: TrainingReport) -> None:
+        self.lag[msg.policy_id] = msg.lag_mean
+        self.env_steps[msg.policy_id] = msg.env_steps
+
+    def sample_share(self, policy: int) -> Optional[float]:
+        """The policy's share of all samples trained on so far (its share of the FPS)."""
+        total = sum(self.env_steps.values())
+        return self.env_steps.get(policy, 0) / total if total else None
+
+    def win_rate(self, policy: int) -> Optional[float]:
+        wins = self.wins[policy]
+        return float(np.mean(wins)) if wins else None
+
+    def objective(self, policy: int) -> Optional[float]:
+        """What PBT ranks by: win rate (self-play) or mean return."""
+        use_wins = self.cfg.pbt_objective == "win_rate" or (
+            self.cfg.pbt_objective == "auto" and any(self.wins.values()))
+        return self.win_rate(policy) if use_wins else self.returns[policy].mean_return
+
+    def scalars(self) -> dict[str, float]:
+        """`policy_<p>/...` metrics (only with several policies or when wins are reported)."""
+        if self.cfg.num_policies == 1 and not self.wins[0]:
+            return {}
+        out: dict[str, float] = {}
+        for p, window in self.returns.items():
+            if window.count:
+                out[f"policy_{p}/return_mean"] = window.mean_return
+                out[f"policy_{p}/length_mean"] = window.mean_length
+            rate = self.win_rate(p)
+            if rate is not None:
+                out[f"policy_{p}/win_rate"] = rate
+            if p in self.lag:
+                out[f"policy_{p}/lag_mean"] = self.lag[p]
+                out[f"policy_{p}/sample_share"] = self.sample_share(p)
+            if self.pbt is not None:
+                for name, value in self.pbt.hyperparameters(p).items():
+                    out[f"policy_{p}/pbt_{name}"] = value
+        return out
+
+    def summary_line(self) -> str:
+        """One console line with each policy's return and win rate."""
+        parts = []
+        for p, window in self.returns.items():
+            text = f"p{p}: "
+            text += "-" if window.mean_return is None else f"R {window.mean_return:.2f}"
+            rate = self.win_rate(p)
+            if rate is not None:
+                text += f" win {rate:.0%}"
+            if p in self.lag:
+                text += f" lag {self.lag[p]:.1f} share {self.sample_share(p):.0%}"
+            parts.append(text)
+        return " | ".join(parts)
+
+    # --- decisions ------------------------------------------------------------------------------
+    def step(self, env_steps: int) -> None:
+        """Refresh a frozen snapshot and run a PBT round when due."""
+        if self.cfg.num_frozen_opponents and env_steps >= self._next_snapshot:
+            self._refresh_snapshot()
+            self._next_snapshot = env_steps + self.cfg.snapshot_every_env_steps
+        if self.pbt is not None and self.pbt.due(env_steps):
+            objectives = {p: self.objective(p) for p in self.returns}
+            events = self.pbt.step(env_steps, objectives)
+            self._carry_out(events)
+            self.history.append(events)
+            self.save()
+            for event in events:
+                log.info("PBT: %s", _describe(event))
+
+    def _refresh_snapshot(self) -> None:
+        frozen = self.cfg.num_policies + self._snapshots % self.cfg.num_frozen_opponents
+        source = int(self._rng.integers(self.cfg.num_policies))
+        send_many(self.wiring.learner_inboxes[source], [PublishSnapshot(frozen)])
+        self._snapshots += 1
+
+    # --- PBT ------------------------------------------------------------------------------------
+    def _start_pbt(self, reward_shaping: dict[str, float], resume: bool) -> None:
+        cfg = self.cfg
+        initial = {"learning_rate": cfg.learning_rate, "entropy_coeff": cfg.entropy_coeff,
+                   "adam_beta1": cfg.adam_beta1}
+        initial.update({SHAPING_PREFIX + k: v for k, v in reward_shaping.items()})
+        settings = PbtSettings(period_env_steps=cfg.pbt_period_env_steps,
+                               mutation_probability=cfg.pbt_mutation_probability,
+                               mutation_factor=cfg.pbt_mutation_factor,
+                               replace_threshold=cfg.pbt_replace_threshold, seed=cfg.seed)
+        self.pbt = PopulationBasedTraining(settings, cfg.num_policies,
+                                           {p: dict(initial) for p in range(cfg.num_policies)})
+        self.history = PbtHistory(self.path / HISTORY_FILENAME)
+        state_path = self.path / PBT_STATE_FILENAME
+        if resume and state_path.exists():
+            self.pbt.load_state_dict(json.loads(state_path.read_text()))
+            log.info("PBT resumed after %d rounds (next at %d env steps)", self.pbt.rounds,
+                     self.pbt.next_round_env_steps)
+
+    def send_current_hyperparameters(self) -> None:
+        """Tell every learner and rollout worker the population's current values (after a
+        start or resume, so a resumed population continues with what PBT chose)."""
+        if self.pbt is not None:
+            self._apply_hyperparameters(range(self.cfg.num_policies))
+
+    def _carry_out(self, events: list[PbtEvent]) -> None:
+        touched = []
+        for event in events:
+            if event.kind == "replace" and event.source_policy is not None:
+                send_many(self.wiring.learner_inboxes[event.policy],
+                          [CopyPolicy(event.source_policy)])
+            touched.append(event.policy)
+        self._apply_hyperparameters(sorted(set(touched)))
+
+    def _apply_hyperparameters(self, policies) -> None:
+        for p in policies:
+            values = self.pbt.hyperparameters(p)
+            learner = {k: v for k, v in values.items() if k in LEARNER_HYPERPARAMETERS}
+            send_many(self.wiring.learner_inboxes[p], [SetHyperparameters(learner)])
+            shaping = {k.removeprefix(SHAPING_PREFIX): v for k, v in values.items()
+                       if k.startswith(SHAPING_PREFIX)}
+            if shaping:
+                for w in range(self.cfg.num_workers):
+                    send_many(self.wiring.rollout_inbox(w), [SetRewardShaping(p, shaping)])
+
+    def save(self) -> None:
+        """Write the PBT state next to the checkpoints (atomically)."""
+        if self.pbt is not None:
+            write_json_atomic(self.path / PBT_STATE_FILENAME, self.pbt.state_dict())
+
+
+def _describe(event: PbtEvent) -> str:
+    changes = ", ".join(f"{k} {old:.3g} -> {new:.3g}" for k, (old, new) in event.changes.items())
+    if event.kind == "replace":
+        return f"policy {event.policy} copies policy {event.source_policy}" + (
+            f" ({changes})" if changes else "")
+    return f"policy {event.policy} mutated: {changes}"

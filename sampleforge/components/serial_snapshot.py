@@ -1,0 +1,135 @@
+"""Exact resume in serial mode: the whole system's state at the moment training stopped.
+
+A checkpoint holds the learner's state (model, optimizer, counters), which is all a resumed run
+needs to continue training, but not to continue *identically*: envs mid-episode, half-filled
+trajectory slots, queued messages and random-number streams are lost. In serial mode every
+component lives in the runner's process and runs in a fixed order, so the runner can capture
+all of it at the end of a loop iteration, before anything reacts to the stop. A resumed run
+restores that state and goes on exactly as if it had never stopped: with a fixed seed, N env
+steps straight equal N/2 + restart + N/2, bit for bit.
+
+The snapshot (`serial_state.pt` in the experiment folder) holds pickled envs, so unlike
+checkpoints it is loaded with pickle: it is only ever read back by a serial-mode resume of the
+experiment that wrote it (same config), and it is consumed (deleted) by the next start in any
+mode, so a stale one is never restored. Envs that cannot be pickled only lose exactness: the
+run resumes from the checkpoint as usual, with a warning.
+
+Must not: be used in multi-process mode, where components run concurrently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from sampleforge.comms.queues import receive, send_many
+from sampleforge.config import Config, config_to_dict
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FILENAME = "serial_state.pt"
+FORMAT_VERSION = 1
+
+
+def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, components: dict) -> bool:
+    """Capture the system and write it atomically; False (with a warning) if it cannot be."""
+    try:
+        state = {"format_version": FORMAT_VERSION, "config_hash": config_hash(cfg),
+                 "runner": runner_state, "rng": _rng_states(),
+                 "components": {name: c.snapshot_state() for name, c in components.items()},
+                 "queues": _drain_and_refill(_queues(wiring)),
+                 "tensors": {k: t.clone() for k, t in _shared_tensors(wiring).items()}}
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        return True
+    except Exception as e:  # noqa: BLE001 - exactness is a bonus, never a reason to fail a run
+        log.warning("no exact-resume snapshot (%s: %s); a resume continues from the checkpoint",
+                    type(e).__name__, e)
+        return False
+
+
+def take_snapshot(path: Path, cfg: Config) -> dict | None:
+    """Read and delete the snapshot; None if there is none or it belongs to another config."""
+    if not path.exists():
+        return None
+    try:
+        state = torch.load(path, weights_only=False)  # pickled envs: see the module docstring
+    finally:
+        path.unlink(missing_ok=True)
+    if state.get("config_hash") != config_hash(cfg) or not cfg.serial_mode:
+        log.info("ignoring the exact-resume snapshot: written for another config or mode")
+        return None
+    return state
+
+
+def restore_snapshot(state: dict, wiring, components: dict) -> dict:
+    """Put every component, queue, shared tensor and RNG back; returns the runner's state."""
+    for name, component in components.items():
+        component.restore_state(state["components"][name])
+    for key, tensor in _shared_tensors(wiring).items():
+        tensor.copy_(state["tensors"][key])
+    queues = _queues(wiring)
+    for key, messages in state["queues"].items():
+        receive(queues[key], 0.0)  # whatever start-up put there is superseded
+        if messages:
+            send_many(queues[key], messages)
+    _set_rng_states(state["rng"])
+    return state["runner"]
+
+
+def config_hash(cfg: Config) -> str:
+    """Identifies the settings a snapshot is valid for (not the stopping criteria)."""
+    data = {k: v for k, v in config_to_dict(cfg).items()
+            if k not in ("train_for_env_steps", "train_for_seconds", "restart_behavior")}
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _queues(wiring) -> dict[str, Any]:
+    queues = {"free_slots": wiring.free_slots, "reports": wiring.report_queue}
+    queues.update({f"inference_{p}": q for p, q in wiring.inference_queues.items()})
+    queues.update({f"learner_{p}": q for p, q in wiring.learner_inboxes.items()})
+    for w, inboxes in enumerate(wiring.rollout_inboxes):
+        queues.update({f"rollout_{w}_{g}": q for g, q in enumerate(inboxes)})
+    return queues
+
+
+def _drain_and_refill(queues: dict[str, Any]) -> dict[str, list]:
+    """Every queued message, in order; the queues are left as they were."""
+    contents = {}
+    for key, queue in queues.items():
+        contents[key] = receive(queue, 0.0)
+        if contents[key]:
+            send_many(queue, contents[key])
+    return contents
+
+
+def _shared_tensors(wiring) -> dict[str, torch.Tensor]:
+    tensors = {f"buffer.{k}": t for k, t in wiring.buffer.fields().items()}
+    ledger = wiring.ledger
+    tensors.update({"ledger.slot_owners": ledger.slot_owners,
+                    "ledger.slot_readers": ledger.slot_readers,
+                    "ledger.generations": ledger.generations})
+    for p, weights in wiring.weights.items():
+        tensors.update({f"weights{p}.flat": weights.flat, f"weights{p}.exact": weights.exact,
+                        f"weights{p}.header": weights.header})
+    return tensors
+
+
+def _rng_states() -> dict:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+            "python": random.getstate()}
+
+
+def _set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])

@@ -1,0 +1,40 @@
+"""Named bundles of settings that make an env family learn well: `--preset mujoco`.
+
+A preset fills in settings the user did not give: explicit flags and keywords always win, so
+`--preset atari --learning_rate 1e-4` keeps the preset's other values and your learning rate.
+`config.json` records the resolved values, so a resumed run needs no preset.
+
+Must not: know environments beyond these plain dicts (the MuJoCo recipe lives with the MuJoCo
+tasks, in `sampleforge.envs.mujoco`, as data).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRESET_NAMES = ("mujoco", "atari", "doom", "duel")
+
+
+def preset_settings(name: str) -> dict[str, Any]:
+    """The settings of preset `name` (one of PRESET_NAMES)."""
+    if name == "mujoco":
+        from sampleforge.envs.mujoco import mujoco_preset
+
+        return mujoco_preset()
+    return dict(_PRESETS[name])
+
+
+_PRESETS: dict[str, dict[str, Any]] = {
+    # The paper's Atari setting on a CPU: one big minibatch per dataset, unscaled clipped
+    # rewards (the env clips them to [-1, 1]).
+    "atari": {"learning_rate": 2.5e-4, "reward_scale": 1.0, "batch_size": 1024,
+              "num_epochs": 1, "num_batches_per_epoch": 1, "num_envs_per_worker": 16},
+    # VizDoom from pixels (tests/learning/test_doom_learns.py): ELU as in the paper; the CPU
+    # learner is the bottleneck, so smaller minibatches and one epoch.
+    "doom": {"activation": "elu", "learning_rate": 5e-4, "batch_size": 128,
+             "num_batches_per_epoch": 8, "num_epochs": 1, "reward_scale": 0.01,
+             "num_envs_per_worker": 8},
+    # Self-play on the built-in duel (docs/multi_agent.md).
+    "duel": {"reward_scale": 1.0, "learning_rate": 1e-3, "batch_size": 1024,
+             "num_batches_per_epoch": 1, "num_epochs": 2},
+}

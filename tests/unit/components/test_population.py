@@ -1,0 +1,121 @@
+"""The runner's population logic (components/population.py): PBT rounds become commands to the
+learners and rollout workers, are logged, and survive a restart; frozen snapshots rotate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from sampleforge.comms.messages import (
+    CopyPolicy,
+    EpisodesFinished,
+    PublishSnapshot,
+    SetHyperparameters,
+    SetRewardShaping,
+    TrainingReport,
+)
+from sampleforge.comms.queues import make_queue, receive
+from sampleforge.components.population import PBT_STATE_FILENAME, Population
+from sampleforge.config import make_config
+from sampleforge.pbt import HISTORY_FILENAME, PbtHistory
+
+
+@dataclass
+class FakeWiring:
+    num_policies: int
+    num_workers: int = 1
+    learner_inboxes: dict = field(default_factory=dict)
+    inboxes: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self.learner_inboxes = {p: make_queue(1 << 16) for p in range(self.num_policies)}
+        self.inboxes = [make_queue(1 << 16) for _ in range(self.num_workers)]
+
+    def rollout_inbox(self, worker):
+        return self.inboxes[worker]
+
+    def drain(self) -> dict[int, list]:
+        return {p: receive(q, 0.05) for p, q in self.learner_inboxes.items()}
+
+
+def _population(tmp_path, resume=False, **overrides):
+    cfg = make_config(num_policies=4, with_pbt=True, pbt_period_env_steps=1000, seed=0,
+                      pbt_mutation_probability=1.0, **overrides)
+    wiring = FakeWiring(cfg.num_policies, cfg.num_workers)
+    return Population(cfg, wiring, tmp_path, {"hit": 0.1}, resume=resume), wiring
+
+
+def _play(population, returns_by_policy):
+    for p, ret in returns_by_policy.items():
+        population.on_episodes(EpisodesFinished(p, [ret] * 10, [5] * 10))
+
+
+def test_a_pbt_round_copies_the_worst_from_the_best_and_sends_new_hyperparameters(tmp_path):
+    population, wiring = _population(tmp_path)
+    _play(population, {0: -5.0, 1: 1.0, 2: 2.0, 3: 9.0})
+    population.step(999)
+    assert all(not msgs for msgs in wiring.drain().values())  # not due yet
+    population.step(1000)
+    sent = wiring.drain()
+    assert sent[0][0] == CopyPolicy(3)  # worst copies the best (N=4: one each)
+    assert isinstance(sent[0][1], SetHyperparameters)
+    # Mutation probability 1: the bottom 70% (policies 0 and 1) all change.
+    for p in (0, 1):
+        (update,) = [m for m in sent[p] if isinstance(m, SetHyperparameters)]
+        assert update.values == {k: v for k, v in population.pbt.hyperparameters(p).items()
+                                 if not k.startswith("shaping.")}
+        assert update.values["learning_rate"] != pytest.approx(1e-3)
+    assert not sent[3]  # the best policy is left alone
+    for worker in range(len(wiring.inboxes)):
+        shaping = receive(wiring.rollout_inbox(worker), 0.05)
+        assert {m.policy_id for m in shaping} == {0, 1}
+        assert all(isinstance(m, SetRewardShaping) and set(m.coefficients) == {"hit"}
+                   for m in shaping)
+    events = PbtHistory.read(tmp_path / HISTORY_FILENAME)
+    assert [(e.kind, e.policy, e.source_policy) for e in events][0] == ("replace", 0, 3)
+
+
+def test_the_pbt_schedule_survives_a_restart(tmp_path):
+    population, _ = _population(tmp_path)
+    _play(population, {0: -5.0, 1: 1.0, 2: 2.0, 3: 9.0})
+    population.step(1000)
+    before = {p: population.pbt.hyperparameters(p) for p in range(4)}
+    resumed, wiring = _population(tmp_path, resume=True)
+    assert (tmp_path / PBT_STATE_FILENAME).exists()
+    assert resumed.pbt.rounds == 1 and not resumed.pbt.due(1500)
+    assert {p: resumed.pbt.hyperparameters(p) for p in range(4)} == before
+    resumed.send_current_hyperparameters()  # what a resumed runner does after starting
+    sent = wiring.drain()
+    assert all(isinstance(sent[p][0], SetHyperparameters) for p in range(4))
+
+
+def test_win_rate_is_the_objective_when_the_env_reports_outcomes(tmp_path):
+    population, _ = _population(tmp_path)
+    population.on_episodes(EpisodesFinished(0, [5.0, 5.0], [3, 3], [0.0, 0.0]))
+    population.on_episodes(EpisodesFinished(1, [-1.0, -1.0], [3, 3], [1.0, 0.5]))
+    assert population.objective(0) == 0.0 and population.objective(1) == 0.75
+    assert population.scalars()["policy_1/win_rate"] == 0.75
+
+
+def test_frozen_snapshots_rotate_round_robin(tmp_path):
+    cfg = make_config(num_policies=2, num_frozen_opponents=2, snapshot_every_env_steps=100,
+                      seed=0)
+    wiring = FakeWiring(2, cfg.num_workers)
+    population = Population(cfg, wiring, tmp_path, {}, resume=False)
+    published = []
+    for steps in (50, 100, 150, 210, 320):
+        population.step(steps)
+        published += [m.frozen_policy for msgs in wiring.drain().values() for m in msgs
+                      if isinstance(m, PublishSnapshot)]
+    assert published == [2, 3, 2]  # at 100, 210 and 320 env steps
+
+
+def test_per_policy_lag_and_sample_share(tmp_path):
+    population, _ = _population(tmp_path)
+    population.on_training(TrainingReport(0, 3000, 10, {}, 0.0, 2.5, 5.0))
+    population.on_training(TrainingReport(1, 1000, 4, {}, 0.0, 1.5, 3.0))
+    scalars = population.scalars()
+    assert scalars["policy_0/lag_mean"] == 2.5 and scalars["policy_0/sample_share"] == 0.75
+    assert scalars["policy_1/sample_share"] == 0.25
+    assert "lag 2.5 share 75%" in population.summary_line()

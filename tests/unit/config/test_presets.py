@@ -1,0 +1,35 @@
+"""Presets (config/presets.py): their settings apply under the ones given explicitly."""
+
+from __future__ import annotations
+
+import pytest
+
+from sampleforge.config import ConfigError, make_config
+from sampleforge.config.cli_args import parse_config
+from sampleforge.config.presets import PRESET_NAMES, preset_settings
+from sampleforge.envs.mujoco import mujoco_preset
+
+
+@pytest.mark.parametrize("name", PRESET_NAMES)
+def test_every_preset_gives_a_valid_config_with_its_values(name):
+    cfg = make_config(preset=name)
+    for key, value in preset_settings(name).items():
+        assert getattr(cfg, key) == value, key
+
+
+def test_explicit_settings_win_over_the_preset():
+    cfg = make_config(env="Hopper-v5", preset="mujoco", learning_rate=1e-4)
+    assert cfg.learning_rate == 1e-4
+    assert cfg.num_epochs == mujoco_preset()["num_epochs"]
+    assert not cfg.with_vtrace
+
+
+def test_preset_from_the_command_line():
+    cfg = parse_config(["--env", "atari_breakout", "--preset", "atari", "--num_epochs", "2"])
+    assert (cfg.batch_size, cfg.num_epochs, cfg.reward_scale) == (1024, 2, 1.0)
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="preset: 'mujuco' is not one of mujoco, atari, doom, "
+                                          "duel .*did you mean 'mujoco'"):
+        make_config(preset="mujuco")
