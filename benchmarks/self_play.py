@@ -21,10 +21,6 @@ from sampleforge.envs import env_info, resolve_env
 from sampleforge.evaluation import LocalPolicy
 from sampleforge.evaluation.matches import play_matches
 
-# Settings the duel learns well with (see tests/learning/test_self_play.py).
-DUEL_SETTINGS = dict(reward_scale=1.0, learning_rate=1e-3, rollout=32, batch_size=1024,
-                     num_batches_per_epoch=1, num_epochs=2)
-
 
 def win_rates(algo: APPO, matches: int) -> dict[int, float]:
     """Each policy's share of wins in `matches` matches against the duel's scripted bot."""
@@ -49,7 +45,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--serial_mode", action="store_true",
                         help="all components in one process (fastest on 2 cores)")
-    parser.add_argument("--out", default="self_play")
+    parser.add_argument("--out", default="self_play", help="CSV and PNG path, without suffix")
+    parser.add_argument("--train_dir", default="train_dir")
     args = parser.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +55,7 @@ def main() -> None:
                 pbt_period_env_steps=max(args.eval_every, 100_000),
                 num_frozen_opponents=args.num_frozen_opponents, seed=args.seed,
                 serial_mode=args.serial_mode,
-                device="cpu", train_dir=str(out.parent / "self_play_runs"), **DUEL_SETTINGS)
+                device="cpu", train_dir=args.train_dir, preset="duel")
     started = time.monotonic()
     with algo:
         while algo.env_steps < args.env_steps:

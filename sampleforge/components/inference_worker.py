@@ -34,7 +34,11 @@ from sampleforge.comms.messages import (
 from sampleforge.comms.queues import receive, send_many
 
 REPORT_EVERY_SEC = 1.0
-REQUEST_POLL_SEC = 0.0002
+# Polling backs off while idle (each empty poll doubles the pause up to the maximum) so that an
+# idle inference worker does not spend a core on system calls, yet answers within ~0.1 ms when
+# requests keep coming.
+REQUEST_POLL_MIN_SEC = 0.0001
+REQUEST_POLL_MAX_SEC = 0.002
 
 
 class InferenceWorker:
@@ -102,11 +106,13 @@ class InferenceWorker:
         and every rollout worker signals this queue. Only the worker's own queues are waited on.
         """
         deadline = time.monotonic() + timeout
+        pause = REQUEST_POLL_MIN_SEC
         while True:
             requests = receive(self.request_queue, 0.0)
             if requests or time.monotonic() >= deadline:
                 return requests
-            time.sleep(REQUEST_POLL_SEC)
+            time.sleep(pause)
+            pause = min(2 * pause, REQUEST_POLL_MAX_SEC)
 
     def _current(self, requests: list[InferenceRequested]) -> list[InferenceRequested]:
         """Drop requests of replaced rollout workers: their slots may belong to others now."""

@@ -118,7 +118,7 @@ def _learner_spec(cfg: Config, p: int, env: EnvInfo, device: torch.device,
         inbox=inbox, free_slots=wiring.free_slots, ledger=wiring.ledger,
         report_queue=wiring.report_queue,
         device=device, checkpoint_dir=str(exp.checkpoint_dir(p)), frameskip=env.frameskip,
-        resume=resume), control_queue=inbox)
+        resume=resume), control_queue=inbox, torch_threads=cfg.learner_torch_threads)
 
 
 def _inference_spec(cfg: Config, p: int, i: int, env: EnvInfo, device: torch.device,

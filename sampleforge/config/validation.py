@@ -190,7 +190,8 @@ _POSITIVE_INTS = ("num_workers", "num_envs_per_worker", "worker_num_splits",
                   "num_inference_workers", "num_policies", "rollout", "batch_size",
                   "num_batches_per_epoch", "num_epochs", "rnn_size", "keep_checkpoints",
                   "train_for_env_steps", "max_policy_lag", "max_consecutive_skipped_updates",
-                  "eval_episodes", "snapshot_every_env_steps", "pbt_period_env_steps")
+                  "eval_episodes", "snapshot_every_env_steps", "pbt_period_env_steps",
+                  "learner_torch_threads")
 _POSITIVE_FLOATS = ("learning_rate", "adam_eps", "report_every_sec", "save_every_sec",
                     "reward_scale", "env_step_timeout_sec")
 _UNIT_INTERVAL = ("gamma", "gae_lambda", "adam_beta1", "adam_beta2", "frozen_opponent_prob",

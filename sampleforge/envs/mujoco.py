@@ -62,4 +62,5 @@ def mujoco_preset() -> dict[str, object]:
         "rnn": "none",
         "shared_weights": False,  # separate actor and critic MLPs, as usual for these tasks
         "train_for_env_steps": 1_000_000,
+        "num_envs_per_worker": 16,  # 10 epochs per dataset: more envs in flight, more lag
     }

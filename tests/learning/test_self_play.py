@@ -5,10 +5,12 @@ PBT. Afterwards each policy plays 100 matches against `duel_vs_bot`'s scripted b
 The best policy must win at least 80%; an untrained policy wins under 20% (a uniformly random
 one: 0.25%).
 
-Measured (benchmarks/self_play.py, serial mode, seed 1, on a 2-core machine shared with
-other jobs): the population's win rates against the bot were 13-29% after 250k env steps,
-31-39% at 500k, 51-66% at 750k and 64-72% at 1M (both seats count). BUDGET leaves room
-above where the best policy first passed 80%.
+Measured with `python benchmarks/self_play.py --serial_mode --env_steps 2000000` (the same
+settings, seed 1, 2 CPU cores, 119 s): the best policy's wins against the bot were 30% after
+0.25M env steps (both seats count), 72% at 0.76M, 63-70% between 1.0M and 1.5M, 83% at 1.77M and
+85% at 2.03M, when all four won 84-85% (docs/self_play.png). Learning is not monotonic, so the
+budget leaves 0.5M steps of room past the first time all four were above 80%. Marked as a
+benchmark (about 2.5 minutes on 2 cores) to keep the CI suite within its time budget.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sampleforge.envs import env_info, resolve_env
 from sampleforge.evaluation import LocalPolicy
 from sampleforge.evaluation.matches import play_matches
 
-BUDGET = 2_000_000
+BUDGET = 2_500_000
 
 
 def _wins(cfg, state_dict=None) -> float:

@@ -14,7 +14,8 @@ from sampleforge.envs.mujoco import mujoco_preset
 def test_every_preset_gives_a_valid_config_with_its_values(name):
     cfg = make_config(preset=name)
     for key, value in preset_settings(name).items():
-        assert getattr(cfg, key) == value, key
+        if value != "auto":  # resolved for this machine
+            assert getattr(cfg, key) == value, key
 
 
 def test_explicit_settings_win_over_the_preset():
