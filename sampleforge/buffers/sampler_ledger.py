@@ -32,17 +32,24 @@ class SamplerLedger:
         self.slot_readers = torch.zeros(num_slots, num_policies, dtype=torch.int8).share_memory_()
         self.generations = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.heartbeats = torch.zeros(num_workers, dtype=torch.float64).share_memory_()
-        self._heartbeats_np = None
+        self._views: dict[str, object] | None = None
+
+    def _np(self, name: str):
+        """A numpy view of a shared tensor: writes through it are ~100x cheaper than tensor
+        item assignments, which matters on the hot path and keeps the moments when a killed
+        rollout worker could lose a slot (between two bookkeeping steps) to well under a
+        microsecond."""
+        if self._views is None:
+            self._views = {key: getattr(self, key).numpy()
+                           for key in ("slot_owners", "slot_readers", "heartbeats")}
+        return self._views[name]
 
     def beat(self, worker: int) -> None:
-        """Called on every rollout-worker poll: through a numpy view, ~100x cheaper than a
-        tensor item assignment."""
-        if self._heartbeats_np is None:
-            self._heartbeats_np = self.heartbeats.numpy()
-        self._heartbeats_np[worker] = time.time()
+        """Called on every rollout-worker poll."""
+        self._np("heartbeats")[worker] = time.time()
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "_heartbeats_np": None}  # views are rebuilt in each process
+        return {**self.__dict__, "_views": None}  # views are rebuilt in each process
 
     def seconds_since_beat(self, worker: int) -> float:
         last = float(self.heartbeats[worker])
@@ -54,25 +61,26 @@ class SamplerLedger:
         return (self.slot_owners == worker).nonzero().flatten().tolist()
 
     def take(self, slot: int, worker: int) -> None:
-        self.slot_owners[slot] = worker
+        self._np("slot_owners")[slot] = worker
 
     def release(self, slot: int) -> None:
-        self.slot_owners[slot] = -1
+        self._np("slot_owners")[slot] = -1
 
     def hand_over(self, slot: int, readers: list[int]) -> None:
         """A worker finished `slot`: the learners of `readers` will copy from it. Called before
         any of them is told, so no flag is read before it is set."""
-        self.slot_readers[slot] = 0
-        self.slot_readers[slot, readers] = 1
-        self.slot_owners[slot] = -1
+        flags = self._np("slot_readers")
+        flags[slot] = 0
+        flags[slot, readers] = 1
+        self._np("slot_owners")[slot] = -1
 
     def reader_done(self, slot: int, policy: int) -> None:
         """`policy`'s learner copied its rows of `slot`."""
-        self.slot_readers[slot, policy] = 0
+        self._np("slot_readers")[slot, policy] = 0
 
     def all_read(self, slot: int) -> bool:
         """Every learner has copied its rows of `slot`."""
-        return not bool(self.slot_readers[slot].any())
+        return not self._np("slot_readers")[slot].any()
 
     # --- workers --------------------------------------------------------------------------------
     def retire(self, worker: int) -> int:

@@ -267,16 +267,20 @@ class RolloutWorker:
         acted = self._views.policy_ids[slot, :-1]  # [T, rows]
         rows_of = {p: np.flatnonzero((acted == p).any(axis=0)) for p in self.learner_queues}
         rows_of = {p: rows for p, rows in rows_of.items() if len(rows)}
+        every_row = split.envs.num_rows
+        returner = min(rows_of) if rows_of else -1
+        messages = {p: TrajectoryReady(p, slot,
+                                       None if len(rows) == every_row else tuple(rows.tolist()),
+                                       self.worker_index, returns_slot=p == returner)
+                    for p, rows in rows_of.items()}
+        # Everything is prepared first: a kill between the ledger update and the sends would
+        # lose the slot, so that stretch is kept as short as possible.
         self.ledger.hand_over(slot, readers=list(rows_of))
         if not rows_of:  # only frozen opponents played: nothing to learn from
             send_many(self.free_slots, [slot])
             return
-        every_row = split.envs.num_rows
-        returner = min(rows_of)
-        for p, rows in rows_of.items():
-            send_many(self.learner_queues[p], [TrajectoryReady(
-                p, slot, None if len(rows) == every_row else tuple(rows.tolist()),
-                self.worker_index, returns_slot=p == returner)])
+        for p, message in messages.items():
+            send_many(self.learner_queues[p], [message])
 
     def _acquire_slot(self, split: _Split) -> bool:
         """Take a free slot if there is one now (never waits: a process killed while waiting
