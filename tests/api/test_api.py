@@ -140,9 +140,11 @@ def test_callback_sees_status_and_stops_training(model, trained):
     assert summary.env_steps - trained[1].env_steps < 100_000
     assert seen[-1].policy_versions[0] > 0 and "losses/policy" in seen[-1].learner_stats
 
+    # Env steps arrive a learner dataset (2,048 samples by default) at a time, two when the
+    # learner catches up after a pause: train several datasets' worth.
     marks: list[int] = []
-    model.train(6_000, callback=lambda s: marks.append(s.env_steps),
-                callback_every_env_steps=2_000)
+    model.train(16_000, callback=lambda s: marks.append(s.env_steps),
+                callback_every_env_steps=4_000)
     assert len(marks) >= 2 and marks == sorted(marks)
 
 
