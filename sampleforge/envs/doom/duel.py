@@ -219,7 +219,7 @@ class DoomDuelEnv(MultiAgentEnv):
         if self._seats:
             replies = self._exchange([("reset", seed)] * NUM_SEATS, self.step_timeout, "reset")
         else:
-            replies = self._start(seed)
+            replies = self._start_retrying_crashes(seed)
         self._over = False
         observations, variables = self._observe(replies)
         self._previous = variables
@@ -266,6 +266,20 @@ class DoomDuelEnv(MultiAgentEnv):
         self._over = True
 
     # ------------------------------------------------------------------ seats
+
+    def _start_retrying_crashes(self, seed: int | None) -> list[SeatReply]:
+        """`_start`, once more on a fresh port if a game died while starting (rather than
+        failing to connect in time): two engines starting at the same moment can clash over
+        their IPC names ("File exists"), or another program can take the probed port."""
+        started = time.monotonic()
+        try:
+            return self._start(seed)
+        except DoomDuelConnectionError:
+            self.close()
+            timed_out = time.monotonic() - started >= self.connect_timeout
+            if timed_out or self.port is not None:
+                raise
+        return self._start(seed)
 
     def _start(self, seed: int | None) -> list[SeatReply]:
         """Start both seat processes and wait until their games are connected."""
