@@ -61,12 +61,16 @@ def take_snapshot(path: Path, cfg: Config) -> dict | None:
     """Read and delete the snapshot; None if there is none or it belongs to another config."""
     if not path.exists():
         return None
+    if not cfg.serial_mode:  # never unpickle what this run will not use
+        path.unlink(missing_ok=True)
+        log.info("ignoring the exact-resume snapshot: it is for serial mode only")
+        return None
     try:
         state = torch.load(path, weights_only=False)  # pickled envs: see the module docstring
     finally:
         path.unlink(missing_ok=True)
-    if state.get("config_hash") != config_hash(cfg) or not cfg.serial_mode:
-        log.info("ignoring the exact-resume snapshot: written for another config or mode")
+    if state.get("config_hash") != config_hash(cfg):
+        log.info("ignoring the exact-resume snapshot: written for another config")
         return None
     return state
 
