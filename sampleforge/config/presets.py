@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sampleforge.config.schema import available_cores
+
 PRESET_NAMES = ("mujoco", "atari", "doom", "duel")
 
 
@@ -21,17 +23,29 @@ def preset_settings(name: str) -> dict[str, Any]:
         from sampleforge.envs.mujoco import mujoco_preset
 
         return mujoco_preset()
-    return dict(_PRESETS[name])
+    settings = dict(_PRESETS[name])
+    if name == "atari":
+        settings["num_workers"] = _conv_on_cpu_workers()
+    return settings
+
+
+def _conv_on_cpu_workers() -> int:
+    """Rollout workers for a conv policy trained on the CPU: half the cores, at least one.
+
+    Per sample on atari_breakout the learner costs about as much as env step and inference
+    together (830 vs 500 + 330 us on one core), so half the machine goes to the learner. More
+    rollout processes only contend for it: on 2 cores, 1 worker x 32 envs trains at about
+    4,300 frames/s, 2 workers x 16 envs at 3,400 (docs/benchmarks.md).
+    """
+    return max(1, available_cores() // 2)
 
 
 _PRESETS: dict[str, dict[str, Any]] = {
     # The paper's Atari setting on a CPU: one big minibatch per dataset, unscaled clipped
-    # rewards (the env clips them to [-1, 1]).
-    # The conv learner is the bottleneck on a CPU: it gets a thread per core (measured on 2
-    # cores: 76.6% of the compute limit instead of 66.7%).
+    # rewards (the env clips them to [-1, 1]). A conv learner on the CPU needs about half the
+    # machine, so rollout workers get the other half (see `_conv_on_cpu_workers`).
     "atari": {"learning_rate": 2.5e-4, "reward_scale": 1.0, "batch_size": 1024,
-              "num_epochs": 1, "num_batches_per_epoch": 1, "num_envs_per_worker": 16,
-              "learner_torch_threads": "auto"},
+              "num_epochs": 1, "num_batches_per_epoch": 1, "num_envs_per_worker": 32},
     # VizDoom from pixels (tests/learning/test_doom_learns.py): ELU as in the paper; the CPU
     # learner is the bottleneck, so smaller minibatches and one epoch.
     "doom": {"activation": "elu", "learning_rate": 5e-4, "batch_size": 128,

@@ -45,7 +45,8 @@ def option(default: Any, help: str, group: str, auto: Optional[Callable[[], Any]
     return field(default=default, metadata=metadata)
 
 
-def _cores() -> int:
+def available_cores() -> int:
+    """Cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
@@ -87,7 +88,7 @@ class Config:
     serial_mode: bool = option(False, "Run every component in this one process (debugging, "
                                "tests).", "sampling")
     num_workers: int = option(2, "Rollout worker processes; auto: one per core (paper, "
-                              "appendix B).", "sampling", auto=_cores)
+                              "appendix B).", "sampling", auto=available_cores)
     num_envs_per_worker: int = option(48, "Environments simulated by each rollout worker.",
                                       "sampling")
     worker_num_splits: int = option(2, "Groups the worker's envs are split into; 2 gives "
@@ -134,7 +135,7 @@ class Config:
     learner_torch_threads: int = option(
         1, "Torch threads of each learner process; auto: one per core. On a CPU machine whose "
         "learner is the bottleneck (conv models), more threads let it use the cores the other "
-        "processes leave idle.", "learner", auto=_cores)
+        "processes leave idle.", "learner", auto=available_cores)
     batch_size: int = option(512, "Minibatch size in samples; a multiple of rollout (minibatches "
                              "hold whole trajectories).", "learner")
     num_batches_per_epoch: int = option(4, "Minibatches per dataset; the dataset is batch_size x "

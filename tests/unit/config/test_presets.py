@@ -34,3 +34,12 @@ def test_unknown_preset_lists_the_known_ones():
     with pytest.raises(ConfigError, match="preset: 'mujuco' is not one of mujoco, atari, doom, "
                                           "duel .*did you mean 'mujoco'"):
         make_config(preset="mujuco")
+
+
+@pytest.mark.parametrize("cores, workers", [(1, 1), (2, 1), (3, 1), (8, 4), (64, 32)])
+def test_atari_preset_leaves_half_the_cores_to_the_conv_learner(monkeypatch, cores, workers):
+    import sampleforge.config.presets as presets
+
+    monkeypatch.setattr(presets, "available_cores", lambda: cores)
+    assert preset_settings("atari")["num_workers"] == workers
+    assert make_config(preset="atari", num_workers=3).num_workers == 3  # explicit wins

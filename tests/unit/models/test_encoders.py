@@ -114,3 +114,15 @@ def test_multi_input_encoder_uses_every_key() -> None:
         changed = dict(obs)
         changed[key] = torch.zeros_like(obs[key])
         assert not torch.allclose(enc(changed), base), key
+
+
+def test_conv_encoder_runs_large_batches_in_chunks_with_the_same_result() -> None:
+    enc = ConvEncoder((4, 84, 84))
+    # Every chunk's float input stays under the 16 MB that keeps activations off mmap.
+    assert enc.chunk_size * 4 * 84 * 84 * 4 <= 16 << 20
+    x = torch.randint(0, 256, (2 * enc.chunk_size + 3, 4, 84, 84), dtype=torch.uint8)
+    chunked = enc(x)
+    pieces = torch.cat([enc._encode(x[i:i + 7]) for i in range(0, len(x), 7)])
+    torch.testing.assert_close(chunked, pieces)
+    chunked.sum().backward()  # gradients flow through every chunk
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.parameters())
