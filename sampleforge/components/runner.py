@@ -76,6 +76,9 @@ from sampleforge.telemetry.status import TrainingStatus
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_SEC = 120.0
+# A rollout worker builds its envs one after another before it reports started: an ALE env
+# takes about 0.1 s to make and reset, so 1,024 envs in one worker take close to two minutes.
+START_ALLOWANCE_PER_ENV_SEC = 0.5
 STOP_TIMEOUT_SEC = 8.0
 CHECKPOINT_TIMEOUT_SEC = 60.0
 
@@ -179,10 +182,11 @@ class Runner:
 
     def _wait_started(self) -> None:
         pending = {spec.name for spec in self.wiring.specs}
-        deadline = time.monotonic() + START_TIMEOUT_SEC
+        timeout = START_TIMEOUT_SEC + START_ALLOWANCE_PER_ENV_SEC * self.cfg.num_envs_per_worker
+        deadline = time.monotonic() + timeout
         while pending and self._stop_signal is None:
             if time.monotonic() > deadline:
-                raise TrainingError(f"components did not start within {START_TIMEOUT_SEC:.0f} s: "
+                raise TrainingError(f"components did not start within {timeout:.0f} s: "
                                     f"{', '.join(sorted(pending))}")
             self.host.poll(0.0)
             for msg in receive(self.wiring.report_queue, 0.05):
