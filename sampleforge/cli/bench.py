@@ -36,7 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--sweep_envs", default="8,16,32,64,128,256,512,1024",
                        help="total env counts of the sweep, comma separated")
     group.add_argument("--tune", action="store_true",
-                       help="try envs per worker x splits for this env and print the fastest")
+                       help="try rollout workers x envs per worker x splits for this env and "
+                       "print the fastest")
     group.add_argument("--out", default="bench_results",
                        help="folder for the sweep's CSV and PNG (default: bench_results)")
     add_config_arguments(parser)
@@ -55,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     frameskip = _frameskip(base.env)
     print(f"measuring pure simulation of {base.env} on {args.cores} cores ...", file=sys.stderr)
     pure = pure_simulation_fps(base.env, processes=args.cores,
-                               envs_per_process=base.envs_per_split, seconds=10)
+                               envs_per_process=base.envs_per_split,
+                               seconds=min(10.0, args.duration))
     print("measuring training ...", file=sys.stderr)
     train = training_fps(base, warmup_sec=args.warmup, measure_sec=args.duration)
     batch = max(1, round(train.mean_inference_batch)) if train.mean_inference_batch > 0 else 1
@@ -117,19 +119,23 @@ def _sweep(args: argparse.Namespace, base) -> int:
 
 
 def _tune(args: argparse.Namespace, base) -> int:
-    """Short training runs over envs per worker and splits; prints them fastest first."""
+    """Short training runs over rollout workers, envs per worker and splits; prints the
+    fastest. On a CPU machine the best split of the cores between envs, inference and learning
+    depends on the env and the model (atari_breakout on 2 cores: 1 worker, CartPole: 2)."""
     from sampleforge.bench.measure import training_fps
 
     results = []
-    for per_worker in (8, 16, 32, 64):
-        for splits in (1, 2):
-            cfg = base.replace(num_envs_per_worker=per_worker, worker_num_splits=splits)
-            m = training_fps(cfg, warmup_sec=args.warmup, measure_sec=args.duration)
-            results.append((m.fps, per_worker, splits, m.mean_policy_lag))
-            print(f"  {per_worker:>3} envs/worker, {splits} split(s): {m.fps:>10,.0f} frames/s, "
-                  f"lag {m.mean_policy_lag:.1f}", flush=True)
-    fps, per_worker, splits, lag = max(results)
-    print(f"fastest: --num_workers {base.num_workers} --num_envs_per_worker {per_worker} "
+    for workers in sorted({1, max(1, args.cores // 2), args.cores}):
+        for per_worker in (8, 16, 32, 64):
+            for splits in (1, 2):
+                cfg = base.replace(num_workers=workers, num_envs_per_worker=per_worker,
+                                   worker_num_splits=splits)
+                m = training_fps(cfg, warmup_sec=args.warmup, measure_sec=args.duration)
+                results.append((m.fps, workers, per_worker, splits, m.mean_policy_lag))
+                print(f"  {workers} worker(s) x {per_worker:>3} envs, {splits} split(s): "
+                      f"{m.fps:>10,.0f} frames/s, lag {m.mean_policy_lag:.1f}", flush=True)
+    fps, workers, per_worker, splits, lag = max(results)
+    print(f"fastest: --num_workers {workers} --num_envs_per_worker {per_worker} "
           f"--worker_num_splits {splits} ({fps:,.0f} frames/s, policy lag {lag:.1f}); check "
           "that the lag suits learning before adopting it")
     return 0

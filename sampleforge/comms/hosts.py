@@ -8,6 +8,7 @@ process sentinels, bounds every join, and escalates stop message -> SIGTERM -> S
 from __future__ import annotations
 
 import os
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,12 +51,20 @@ class ComponentSpec:
 
 
 class ProcessHost:
-    """Runs each component in its own spawned process."""
+    """Runs each component in its own spawned process.
 
-    def __init__(self, report_queue):
+    `on_exit(name, pid)`, if given, is called once for every process that ends, from a watcher
+    thread, within a fraction of a second: even while the caller's own thread is blocked (for
+    example on a queue lock the dead process still holds, see `comms.queue_locks`).
+    """
+
+    def __init__(self, report_queue, on_exit: Callable[[str, int], None] | None = None):
         self.report_queue = report_queue
         self._context = torch_mp.get_context("spawn")  # safe with CUDA and threads
         self.processes: dict[str, Any] = {}
+        self._on_exit = on_exit
+        self._watcher: threading.Thread | None = None
+        self._closing = threading.Event()  # set: the watcher ends when all have ended
 
     def start(self, spec: ComponentSpec) -> None:
         """Start `spec`'s component; a dead process of the same name is reaped and replaced."""
@@ -69,6 +78,25 @@ class ProcessHost:
         with _child_environment():
             process.start()
         self.processes[spec.name] = process
+        if self._on_exit is not None and self._watcher is None:
+            self._watcher = threading.Thread(target=self._watch_exits, name="exit-watcher",
+                                             daemon=True)
+            self._watcher.start()
+
+    def _watch_exits(self) -> None:
+        seen: set[int] = set()
+        while True:
+            running = [p for p in list(self.processes.values()) if p.pid not in seen]
+            if not running:
+                if self._closing.is_set():
+                    return
+                time.sleep(0.2)
+                continue
+            ended = wait([p.sentinel for p in running], timeout=0.2)
+            for process in running:
+                if process.sentinel in ended:
+                    seen.add(process.pid)
+                    self._on_exit(process.name, process.pid)
 
     def poll(self, timeout: float) -> None:
         """Nothing to drive: the components run by themselves. Sleeps up to `timeout`."""
@@ -96,6 +124,7 @@ class ProcessHost:
         Returns the names of processes that had to be terminated or killed.
         """
         forced = []
+        self._closing.set()
         deadline = time.monotonic() + timeout
         for name, process in self.processes.items():
             process.join(max(0.0, deadline - time.monotonic()))
@@ -111,6 +140,7 @@ class ProcessHost:
         return forced
 
     def kill_all(self) -> None:
+        self._closing.set()
         for process in self.processes.values():
             if process.is_alive():
                 process.kill()

@@ -34,11 +34,6 @@ from sampleforge.comms.messages import (
 from sampleforge.comms.queues import receive, send_many
 
 REPORT_EVERY_SEC = 1.0
-# Polling backs off while idle (each empty poll doubles the pause up to the maximum) so that an
-# idle inference worker does not spend a core on system calls, yet answers within ~0.1 ms when
-# requests keep coming.
-REQUEST_POLL_MIN_SEC = 0.0001
-REQUEST_POLL_MAX_SEC = 0.002
 
 
 class InferenceWorker:
@@ -101,18 +96,10 @@ class InferenceWorker:
     def _receive_requests(self, timeout: float) -> list[InferenceRequested]:
         """Requests waiting now, or arriving within `timeout`.
 
-        Polls instead of blocking in the queue: a process killed while waiting on a
-        process-shared condition variable can leave it so that the next signal blocks forever,
-        and every rollout worker signals this queue. Only the worker's own queues are waited on.
+        The request queue is a `DoorbellQueue`: this sleeps on a pipe that rollout workers
+        ring, never on a condition variable a killed process could leave unusable.
         """
-        deadline = time.monotonic() + timeout
-        pause = REQUEST_POLL_MIN_SEC
-        while True:
-            requests = receive(self.request_queue, 0.0)
-            if requests or time.monotonic() >= deadline:
-                return requests
-            time.sleep(pause)
-            pause = min(2 * pause, REQUEST_POLL_MAX_SEC)
+        return receive(self.request_queue, timeout)
 
     def _current(self, requests: list[InferenceRequested]) -> list[InferenceRequested]:
         """Drop requests of replaced rollout workers: their slots may belong to others now."""

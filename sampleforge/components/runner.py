@@ -45,6 +45,7 @@ from sampleforge.comms.messages import (
     Stop,
     TrainingReport,
 )
+from sampleforge.comms.queue_locks import release_if_held_by
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.evaluation_hook import TrainingEvaluation
 from sampleforge.components.experiment import prepare_experiment
@@ -165,8 +166,8 @@ class Runner:
                                                     self.wiring)
         self.population = Population(self.cfg, self.wiring, self.exp.path,
                                      self.env.reward_shaping, self.resume)
-        host_type = InlineHost if self.cfg.serial_mode else ProcessHost
-        self.host = host_type(self.wiring.report_queue)
+        self.host = (InlineHost(self.wiring.report_queue) if self.cfg.serial_mode else
+                     ProcessHost(self.wiring.report_queue, on_exit=self._release_queue_locks))
         self.supervisor = Supervisor(cfg=self.cfg, host=self.host, wiring=self.wiring,
                                      is_training=lambda: self._training)
         self.writer = MetricsWriter(self.exp.path, tensorboard=self.cfg.tensorboard)
@@ -262,6 +263,14 @@ class Runner:
             if self.writer is not None:
                 self.writer.close()
             self.wiring = None
+
+    def _release_queue_locks(self, name: str, pid: int) -> None:
+        """A process that ended holding a queue's lock would block everyone else on it."""
+        wiring = self.wiring
+        for queue_name, q in (wiring.queues().items() if wiring is not None else ()):
+            if release_if_held_by(q, pid):
+                log.warning("%s (pid %d) died holding the lock of queue %s; released it",
+                            name, pid, queue_name)
 
     def _stop_components(self) -> None:
         dead = self.host.dead()

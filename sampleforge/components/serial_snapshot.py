@@ -45,7 +45,7 @@ def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, component
         state = {"format_version": FORMAT_VERSION, "config_hash": config_hash(cfg),
                  "runner": runner_state, "rng": _rng_states(),
                  "components": {name: c.snapshot_state() for name, c in components.items()},
-                 "queues": _drain_and_refill(_queues(wiring)),
+                 "queues": _drain_and_refill(wiring.queues()),
                  "tensors": {k: t.clone() for k, t in _shared_tensors(wiring).items()}}
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save(state, tmp)
@@ -81,7 +81,7 @@ def restore_snapshot(state: dict, wiring, components: dict) -> dict:
         component.restore_state(state["components"][name])
     for key, tensor in _shared_tensors(wiring).items():
         tensor.copy_(state["tensors"][key])
-    queues = _queues(wiring)
+    queues = wiring.queues()
     for key, messages in state["queues"].items():
         receive(queues[key], 0.0)  # whatever start-up put there is superseded
         if messages:
@@ -95,15 +95,6 @@ def config_hash(cfg: Config) -> str:
     data = {k: v for k, v in config_to_dict(cfg).items()
             if k not in ("train_for_env_steps", "train_for_seconds", "restart_behavior")}
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _queues(wiring) -> dict[str, Any]:
-    queues = {"free_slots": wiring.free_slots, "reports": wiring.report_queue}
-    queues.update({f"inference_{p}": q for p, q in wiring.inference_queues.items()})
-    queues.update({f"learner_{p}": q for p, q in wiring.learner_inboxes.items()})
-    for w, inboxes in enumerate(wiring.rollout_inboxes):
-        queues.update({f"rollout_{w}_{g}": q for g, q in enumerate(inboxes)})
-    return queues
 
 
 def _drain_and_refill(queues: dict[str, Any]) -> dict[str, list]:

@@ -31,6 +31,7 @@ from sampleforge.buffers.trajectory_buffer import (
     TrajectoryLayout,
     slots_needed,
 )
+from sampleforge.comms.doorbell_queue import DoorbellQueue
 from sampleforge.comms.hosts import ComponentSpec
 from sampleforge.comms.queues import make_queue, send_many
 from sampleforge.components.experiment import ExperimentDir
@@ -60,6 +61,18 @@ class Wiring:
     free_slots: object
     ledger: SamplerLedger
     specs: list[ComponentSpec] = field(default_factory=list)
+
+    def queues(self) -> dict[str, object]:
+        """Every queue of the run by name, components' control queues included."""
+        queues = {"free_slots": self.free_slots, "reports": self.report_queue}
+        queues.update({f"inference_{p}": q for p, q in self.inference_queues.items()})
+        queues.update({f"learner_{p}": q for p, q in self.learner_inboxes.items()})
+        for w, inboxes in enumerate(self.rollout_inboxes):
+            queues.update({f"rollout_{w}_{g}": q for g, q in enumerate(inboxes)})
+        known = {id(q) for q in queues.values()}  # learners and rollout workers read their inbox
+        queues.update({f"control_{spec.name}": spec.control_queue for spec in self.specs
+                       if id(spec.control_queue) not in known})
+        return queues
 
     def rollout_inbox(self, worker: int) -> object:
         """The inbox of the worker's current generation."""
@@ -94,7 +107,7 @@ def wire(cfg: Config, env_spec: EnvSpec, env: EnvInfo, device: torch.device,
         report_queue=make_queue(4 << 20),
         rollout_inboxes=[[make_queue(INBOX_BYTES) for _ in range(cfg.max_component_restarts + 1)]
                          for _ in range(cfg.num_workers)],
-        inference_queues={p: make_queue() for p in acting},
+        inference_queues={p: DoorbellQueue() for p in acting},
         learner_inboxes={p: make_queue() for p in trained},
         free_slots=make_queue(),
         ledger=SamplerLedger(cfg.num_workers, layout.num_slots, cfg.num_policies))

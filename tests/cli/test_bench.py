@@ -1,0 +1,39 @@
+"""`sampleforge bench` end to end on CartPole, with short measurement windows."""
+
+import csv
+import json
+
+import pytest
+
+from sampleforge.cli.main import main
+
+SMALL = ["--env", "CartPole-v1", "--device", "cpu", "--num_workers", "1",
+         "--num_envs_per_worker", "8", "--warmup", "2", "--duration", "3"]
+
+
+@pytest.mark.timeout(300)
+def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
+    assert main(["bench", *SMALL, "--json"]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out.strip().splitlines()[-1])
+    assert data["env"] == "CartPole-v1" and data["num_envs"] == 8
+    for key in ("pure_sim_fps", "compute_limit_fps", "train_fps"):
+        assert data[key] > 1000, (key, data[key])  # CartPole runs at tens of thousands
+    assert data["train_over_pure_sim"] == pytest.approx(data["train_fps"] / data["pure_sim_fps"])
+    assert data["train_over_compute_limit"] == pytest.approx(
+        data["train_fps"] / data["compute_limit_fps"])
+    assert data["mean_policy_lag"] >= 0
+    assert data["bottleneck"] in {"learner-bound", "inference-bound", "sampler-bound"}
+    assert "training / compute limit" in out
+
+
+@pytest.mark.timeout(300)
+def test_sweep_writes_fps_and_memory_per_env_to_csv_and_png(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["bench", *SMALL, "--sweep", "--sweep_envs", "2,8", "--out", str(out)]) == 0
+    with open(out / "sweep_CartPole-v1.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["num_envs"]) for r in rows] == [2, 8]
+    for row in rows:
+        assert float(row["train_fps"]) > 0 and float(row["memory_mb_per_env"]) > 0
+    assert (out / "sweep_CartPole-v1.png").stat().st_size > 1000
