@@ -155,6 +155,7 @@ def _plot_sweep(rows: list[dict], env: str, path: Path) -> Path:
     ax2.set(xscale="log", xlabel="environments", ylabel="MB per env", title="memory per env")
     for ax in (ax1, ax2):
         ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)  # from zero: a small dip should look small
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

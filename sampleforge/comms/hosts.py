@@ -7,6 +7,7 @@ process sentinels, bounds every join, and escalates stop message -> SIGTERM -> S
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -19,6 +20,8 @@ import torch.multiprocessing as torch_mp
 
 from sampleforge.comms.component_process import Component, component_main, report_failure
 from sampleforge.comms.messages import ComponentStarted
+
+log = logging.getLogger(__name__)
 
 # Settings every child process starts with, unless the user's environment already sets them.
 # OpenMP threads (the learner's torch threads) sleep between parallel regions instead of
@@ -96,7 +99,10 @@ class ProcessHost:
             for process in running:
                 if process.sentinel in ended:
                     seen.add(process.pid)
-                    self._on_exit(process.name, process.pid)
+                    try:
+                        self._on_exit(process.name, process.pid)
+                    except Exception:  # noqa: BLE001 - the runner still sees the death itself
+                        log.exception("handling the exit of %s failed", process.name)
 
     def poll(self, timeout: float) -> None:
         """Nothing to drive: the components run by themselves. Sleeps up to `timeout`."""
