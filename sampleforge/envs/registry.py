@@ -88,6 +88,11 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
     wall-clock field would leak into every consumer.
     """
 
+    def __init__(self, env: gym.Env) -> None:
+        # Each episode is reported as it ends; gymnasium's rolling history of the last 100
+        # episodes per env is never read, and on Atari it kept growing for the first half hour.
+        super().__init__(env, buffer_length=1)
+
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = super().step(action)
         if "episode" in info:

@@ -225,3 +225,20 @@ def test_specs_pickle_for_worker_processes(name: str) -> None:
     spec = pickle.loads(pickle.dumps(resolve_env(name)))
     assert (spec.name, spec.frameskip) == (name, resolve_env(name).frameskip)
     spec.factory(EnvContext()).close()
+
+
+def test_episode_statistics_keeps_no_history_of_past_episodes():
+    import gymnasium as gym
+
+    from sampleforge.envs.registry import EpisodeStatistics
+
+    env = EpisodeStatistics(gym.make("CartPole-v1"))
+    env.reset(seed=0)
+    for _ in range(5):  # five episodes
+        done, info = False, {}
+        while not done:
+            _, _, terminated, truncated, info = env.step(env.action_space.sample())
+            done = terminated or truncated
+        assert set(info["episode"]) == {"r", "l"} and info["episode"]["l"] > 0
+        env.reset()
+    assert len(env.return_queue) == len(env.length_queue) == 1  # gymnasium keeps 100 by default
