@@ -163,10 +163,15 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
         perf = dict(runner.progress.timings)
         perf.update({k: v for k, v in runner.progress.last_stats.items() if k.startswith("perf/")})
         batches = runner.inference_stats
-    start = next(s for s in samples if s[0] - samples[0][0] >= warmup_sec)
-    end = samples[-1]
-    fps = (end[1] - start[1]) / max(end[0] - start[0], 1e-9)
-    lag = (end[2] - start[2]) / max(end[3] - start[3], 1)
+    # Progress arrives once per learner iteration: a window that saw fewer than two of them
+    # (a slow config or a loaded machine) has no rate to give, and says so with NaN.
+    measured = [s for s in samples if s[0] - samples[0][0] >= warmup_sec]
+    if len(measured) < 2:
+        fps = lag = float("nan")
+    else:
+        start, end = measured[0], measured[-1]
+        fps = (end[1] - start[1]) / (end[0] - start[0])
+        lag = (end[2] - start[2]) / max(end[3] - start[3], 1)
     mean_batch = batches[1] / batches[0] if batches[0] else float("nan")
     return TrainingMeasurement(fps, lag, mean_batch, perf, memory)
 

@@ -8,7 +8,7 @@ import pytest
 from sampleforge.cli.main import main
 
 SMALL = ["--env", "CartPole-v1", "--device", "cpu", "--num_workers", "1",
-         "--num_envs_per_worker", "8", "--warmup", "2", "--duration", "3"]
+         "--num_envs_per_worker", "8", "--warmup", "2", "--duration", "5"]
 
 
 @pytest.mark.timeout(300)
@@ -30,10 +30,10 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
 @pytest.mark.timeout(300)
 def test_sweep_writes_fps_and_memory_per_env_to_csv_and_png(tmp_path, capsys):
     out = tmp_path / "sweep"
-    assert main(["bench", *SMALL, "--sweep", "--sweep_envs", "2,8", "--out", str(out)]) == 0
+    assert main(["bench", *SMALL, "--sweep", "--sweep_envs", "8,16", "--out", str(out)]) == 0
     with open(out / "sweep_CartPole-v1.csv") as f:
         rows = list(csv.DictReader(f))
-    assert [int(r["num_envs"]) for r in rows] == [2, 8]
+    assert [int(r["num_envs"]) for r in rows] == [8, 16]
     for row in rows:
         assert float(row["train_fps"]) > 0 and float(row["memory_mb_per_env"]) > 0
     assert (out / "sweep_CartPole-v1.png").stat().st_size > 1000
