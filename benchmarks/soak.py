@@ -8,6 +8,11 @@ progress.csv). After `--warmup` minutes it reports per process the memory growth
 (least-squares slope), the change in open files and threads, and FPS per 5-minute window
 relative to their median. The run is then stopped with SIGINT and must exit cleanly.
 
+A learner's resident size swings by tens of MB within each SGD step (activations allocated
+and freed), so a slope through single samples mostly measures where in its step each sample
+fell. Besides that raw slope the report gives the slopes of each minute's lowest and highest
+sample (the floor and the peak): a leak lifts both; a step's transient memory lifts neither.
+
 Targets (docs/reliability.md): growth < 5 MB/hour per process; files, threads and /dev/shm flat;
 every 5-minute FPS window within 10% of the median.
 """
@@ -64,6 +69,23 @@ def slope_per_hour(times: list[float], values: list[float]) -> float:
     return 3600 * sum((t - mt) * (v - mv) for t, v in zip(times, values)) / var if var else 0.0
 
 
+def minute_extremes(times: list[float], values: list[float], window_sec: float = 60
+                    ) -> tuple[list[float], list[float], list[float]]:
+    """(middle, lowest value, highest value) of each `window_sec` window of samples; a window
+    the samples cover for less than 80% of its length (the last one, usually) is left out."""
+    windows: dict[int, list[tuple[float, float]]] = {}
+    for t, v in zip(times, values):
+        windows.setdefault(int((t - times[0]) // window_sec), []).append((t, v))
+    middles, lows, highs = [], [], []
+    for samples in windows.values():
+        ts, vs = [t for t, _ in samples], [v for _, v in samples]
+        if ts[-1] - ts[0] >= 0.8 * window_sec:
+            middles.append((ts[0] + ts[-1]) / 2)
+            lows.append(min(vs))
+            highs.append(max(vs))
+    return middles, lows, highs
+
+
 def fps_windows(progress: Path, since: float, window_sec: float = 300) -> list[float]:
     """Env steps per second in consecutive windows of `window_sec`, from progress.csv."""
     with open(progress) as f:
@@ -81,7 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--warmup", type=float, default=3, help="minutes ignored at the start")
-    parser.add_argument("--every", type=float, default=10)
+    parser.add_argument("--every", type=float, default=2, help="seconds between samples")
     parser.add_argument("--env", default="atari_breakout")
     parser.add_argument("--json", type=Path, default=None)
     args, train_args = parser.parse_known_args()
@@ -116,9 +138,12 @@ def main() -> None:
               "shm_left_behind": sorted(set(os.listdir("/dev/shm")) - shm_before),
               "processes": {}}
     for key, s in series.items():
+        middles, floors, peaks = minute_extremes(s["t"], s["rss_mb"])
         report["processes"][key] = {
             "rss_mb_start": s["rss_mb"][0], "rss_mb_end": s["rss_mb"][-1],
             "rss_growth_mb_per_hour": slope_per_hour(s["t"], s["rss_mb"]),
+            "rss_floor_growth_mb_per_hour": slope_per_hour(middles, floors),
+            "rss_peak_growth_mb_per_hour": slope_per_hour(middles, peaks),
             "threads_min_max": [min(s["threads"]), max(s["threads"])],
             "files_min_max": [min(s["files"]), max(s["files"])]}
     windows = fps_windows(train_dir / "soak" / "progress.csv", since=warm)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,8 +81,9 @@ class ComputeCosts:
         return cores / (self.env_step + self.inference + self.learner) * frameskip
 
 
-def _time_per_call(fn, min_seconds: float) -> float:
-    fn()  # warm up (allocations, lazy initialisation)
+def _time_per_call(fn, min_seconds: float, warm_up: bool = True) -> float:
+    if warm_up:
+        fn()  # allocations, lazy initialisation
     calls, start = 0, time.perf_counter()
     while time.perf_counter() - start < min_seconds:
         fn()
@@ -89,11 +91,14 @@ def _time_per_call(fn, min_seconds: float) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def compute_costs(cfg: Config, inference_batch_size: int, seconds: float = 3.0) -> ComputeCosts:
+def compute_costs(cfg: Config, inference_batch_size: int, seconds: float = 3.0,
+                  rounds: int = 5) -> ComputeCosts:
+    """Per-sample cost of each workload: the median of `rounds` interleaved measurements of
+    `seconds / rounds` each, so that a burst of noise from a shared host lands in one round of
+    one workload instead of in the whole of one."""
     torch.set_num_threads(1)
     env = env_info(cfg.env)
-    env_step = _simulate(resolve_env(cfg.env), 1, seconds, 0)
-    env_step_sec = seconds / max(env_step, 1)
+    env_spec = resolve_env(cfg.env)
     model = make_actor_critic(cfg, env.observation_space, env.action_space).eval()
     obs = _random_obs(observation_specs(env.observation_space), (inference_batch_size,))
     rnn = torch.zeros(inference_batch_size, model.rnn_state_size)
@@ -102,12 +107,22 @@ def compute_costs(cfg: Config, inference_batch_size: int, seconds: float = 3.0) 
         with torch.inference_mode():
             model.act(obs, rnn)
 
-    inference_sec = _time_per_call(infer, seconds) / inference_batch_size
     learner = Learner(cfg, env.observation_space, env.action_space, torch.device("cpu"))
     data = _random_dataset(cfg, env)
-    learner_sec = _time_per_call(lambda: learner.train(data, lambda: None), seconds)
-    return ComputeCosts(env_step_sec, inference_sec, learner_sec / cfg.dataset_size,
-                        inference_batch_size)
+
+    def train():
+        learner.train(data, lambda: None)
+
+    infer(), train()  # warm up once: allocations, lazy initialisation
+    per_round = seconds / rounds
+    env_step, inference, learning = [], [], []
+    for _ in range(rounds):
+        env_step.append(per_round / max(_simulate(env_spec, 1, per_round, 0), 1))
+        inference.append(_time_per_call(infer, per_round, warm_up=False)
+                         / inference_batch_size)
+        learning.append(_time_per_call(train, per_round, warm_up=False) / cfg.dataset_size)
+    return ComputeCosts(statistics.median(env_step), statistics.median(inference),
+                        statistics.median(learning), inference_batch_size)
 
 
 def _random_obs(specs, lead: tuple[int, ...]) -> dict[str, torch.Tensor]:

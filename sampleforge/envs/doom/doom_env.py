@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from sampleforge.envs.doom.actions import CfgButtonActions, FactorisedActions
+from sampleforge.envs.doom.engine_ipc import remove_orphan_engine_ipc
 from sampleforge.envs.doom.measurements import (
     MEASUREMENT_NAMES,
     MEASUREMENTS_KEY,
@@ -195,6 +196,7 @@ class DoomEnv(gym.Env):
         self._game.set_doom_config_path(f"{config_dir}/_vizdoom.ini")
         # Runs on close(), or when the env is garbage-collected or Python exits without it.
         self._release = weakref.finalize(self, _stop_game, self._game, config_dir)
+        remove_orphan_engine_ipc()  # a colliding leftover name would make init fail
         self._game.init()
         self._started = True
 

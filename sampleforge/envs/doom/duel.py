@@ -61,6 +61,11 @@ import gymnasium as gym
 import numpy as np
 
 from sampleforge.envs.doom.actions import FactorisedActions
+from sampleforge.envs.doom.engine_ipc import (
+    engine_instance_ids,
+    remove_engine_ipc,
+    remove_orphan_engine_ipc,
+)
 from sampleforge.envs.doom.measurements import (
     MEASUREMENT_NAMES,
     MEASUREMENTS_KEY,
@@ -99,10 +104,11 @@ DUEL_RULES = (
 SEAT_COLORS = (0, 3)  # green and red, so the agents can tell each other apart
 CLOSE_GRACE_SECONDS = 3.0  # for a seat process to close its game before it is killed
 PARENT_POLL_SECONDS = 0.5
+START_ATTEMPTS = 3  # see DoomDuelEnv._start_retrying_crashes
 
 # How a seat process starts: register the three sampleforge packages as bare namespaces, so
 # that importing this module does not run their ``__init__`` files (the env registry imports
-# torch: ~1 s and ~170 MB per seat process for nothing). This module, and the four it imports
+# torch: ~1 s and ~170 MB per seat process for nothing). This module, and the five it imports
 # from sampleforge, must therefore import neither the registry nor ``doom_env``.
 _SEAT_BOOTSTRAP = """\
 import sys, types
@@ -268,17 +274,19 @@ class DoomDuelEnv(MultiAgentEnv):
     # ------------------------------------------------------------------ seats
 
     def _start_retrying_crashes(self, seed: int | None) -> list[SeatReply]:
-        """`_start`, once more on a fresh port if a game died while starting (rather than
-        failing to connect in time): two engines starting at the same moment can clash over
-        their IPC names ("File exists"), or another program can take the probed port."""
+        """`_start`, again on a fresh port (up to START_ATTEMPTS in all) while games die while
+        starting rather than failing to connect in time: two engines starting at the same
+        moment can clash over their IPC names ("File exists"), or another program can take
+        the probed port. Names that engines killed earlier left behind are removed first."""
+        remove_orphan_engine_ipc()
         started = time.monotonic()
-        try:
-            return self._start(seed)
-        except DoomDuelConnectionError:
-            self.close()
-            timed_out = time.monotonic() - started >= self.connect_timeout
-            if timed_out or self.port is not None:
-                raise
+        for _ in range(START_ATTEMPTS - 1):
+            try:
+                return self._start(seed)
+            except DoomDuelConnectionError:
+                self.close()
+                if self.port is not None or time.monotonic() - started >= self.connect_timeout:
+                    raise
         return self._start(seed)
 
     def _start(self, seed: int | None) -> list[SeatReply]:
@@ -459,7 +467,7 @@ class _SeatProcess:
             time.sleep(0.02)
         # Killed engines leave their message queues and shared memory in /dev/shm; their names
         # carry the engine's instance id, which only its command line tells.
-        engines = _engine_instance_ids(self.process.pid)
+        engines = engine_instance_ids(self.process.pid)
         # Kill the group while the seat process is unreaped: its id, which is the group's id,
         # cannot belong to anyone else yet.
         try:
@@ -494,30 +502,6 @@ def _exit_status(pid: int) -> str | None:
     if result.si_code == os.CLD_EXITED:
         return f"exit code {result.si_status}"
     return f"signal {result.si_status}"
-
-
-def _engine_instance_ids(group: int) -> list[str]:
-    """The ``+viz_instance_id`` of every live vizdoom engine in process group ``group``."""
-    ids = []
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            stat = stat_file.read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) != group or "vizdoom" not in stat[: stat.rindex(")")]:
-                continue
-            args = (stat_file.parent / "cmdline").read_bytes().decode().split("\0")
-        except (OSError, ValueError, IndexError):
-            continue  # the process ended while we looked, or /proc is not Linux's
-        if "+viz_instance_id" in args[:-1]:
-            ids.append(args[args.index("+viz_instance_id") + 1])
-    return ids
-
-
-def remove_engine_ipc(instance_ids: list[str]) -> None:
-    """Remove what killed engines leave in /dev/shm (a closed game removes these itself)."""
-    for instance in instance_ids:
-        for kind in ("MQCtr", "MQDoom", "SM"):
-            Path(f"/dev/shm/ViZDoom{kind}{instance}").unlink(missing_ok=True)
 
 
 def _gather_replies(seats: list[_SeatProcess], timeout: float, what: str) -> list[SeatReply]:
@@ -623,7 +607,7 @@ def _exit_with_parent(parent: int) -> None:
         # The engine may be blocked and the main thread with it, so no graceful close: unlink
         # what the engine would have removed in /dev/shm (it may, on Linux, while in use), then
         # kill it and ourselves.
-        remove_engine_ipc(_engine_instance_ids(os.getpgid(0)))
+        remove_engine_ipc(engine_instance_ids(os.getpgid(0)))
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

@@ -1,0 +1,69 @@
+"""Cleaning up the /dev/shm names killed ViZDoom engines leave behind (no vizdoom needed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sampleforge.envs.doom import engine_ipc
+
+
+@pytest.fixture
+def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "shm"
+    folder.mkdir()
+    monkeypatch.setattr(engine_ipc, "SHM", folder)
+    return folder
+
+
+def _names(instance: str, shm: Path, age_sec: float) -> None:
+    for kind in ("MQCtr", "MQDoom"):
+        path = shm / f"ViZDoom{kind}{instance}"
+        path.write_bytes(b"")
+        then = time.time() - age_sec
+        os.utime(path, (then, then))
+
+
+@pytest.fixture
+def fake_engine(tmp_path: Path):
+    """A live process that looks like a vizdoom engine with instance id "LiveEngine"."""
+    exe = tmp_path / "bin" / "vizdoom"
+    exe.parent.mkdir()
+    exe.symlink_to(sys.executable)
+    process = subprocess.Popen([str(exe), "-c", "import time; time.sleep(60)",
+                                "+viz_instance_id", "LiveEngine"])
+    try:
+        deadline = time.monotonic() + 10
+        while "LiveEngine" not in engine_ipc.engine_instance_ids():
+            assert time.monotonic() < deadline, "the fake engine never showed up in /proc"
+            time.sleep(0.05)
+        yield process
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_live_engines_are_found_by_their_instance_id_and_group(fake_engine) -> None:
+    assert "LiveEngine" in engine_ipc.engine_instance_ids(os.getpgid(fake_engine.pid))
+    assert "LiveEngine" not in engine_ipc.engine_instance_ids(group=-1)
+
+
+def test_only_old_names_of_engines_that_are_gone_are_removed(shm: Path, fake_engine) -> None:
+    _names("DeadEngine", shm, age_sec=3600)
+    _names("Starting00", shm, age_sec=1)  # its game may not have started its engine yet
+    _names("LiveEngine", shm, age_sec=3600)
+    removed = engine_ipc.remove_orphan_engine_ipc()
+    assert removed == ["DeadEngine"]
+    assert sorted(p.name for p in shm.iterdir()) == [
+        "ViZDoomMQCtrLiveEngine", "ViZDoomMQCtrStarting00",
+        "ViZDoomMQDoomLiveEngine", "ViZDoomMQDoomStarting00"]
+
+
+def test_removing_names_that_are_already_gone_is_fine(shm: Path) -> None:
+    engine_ipc.remove_engine_ipc(["NeverThere"])
+    assert list(shm.iterdir()) == []
