@@ -12,6 +12,8 @@ A learner's resident size swings by tens of MB within each SGD step (activations
 and freed), so a slope through single samples mostly measures where in its step each sample
 fell. Besides that raw slope the report gives the slopes of each minute's lowest and highest
 sample (the floor and the peak): a leak lifts both; a step's transient memory lifts neither.
+It also splits the resident size into private memory (RssAnon: heaps) and shared memory
+(RssShmem: trajectory buffer, weights, queue rings).
 
 Targets (docs/reliability.md): growth < 5 MB/hour per process; files, threads and /dev/shm flat;
 every 5-minute FPS window within 10% of the median.
@@ -55,6 +57,8 @@ def sample_process(pid: int) -> dict[str, float] | None:
         status = Path(f"/proc/{pid}/status").read_text()
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         return {"rss_mb": int(fields["VmRSS"].split()[0]) / 1024,
+                "anon_mb": int(fields["RssAnon"].split()[0]) / 1024,
+                "shmem_mb": int(fields["RssShmem"].split()[0]) / 1024,
                 "threads": int(fields["Threads"]),
                 "files": len(os.listdir(f"/proc/{pid}/fd"))}
     except (OSError, KeyError):
@@ -125,7 +129,8 @@ def main() -> None:
             if sample is None or now < warm:
                 continue
             key = f"{name}:{pid}"
-            s = series.setdefault(key, {"t": [], "rss_mb": [], "threads": [], "files": []})
+            s = series.setdefault(key, {"t": [], "rss_mb": [], "anon_mb": [], "shmem_mb": [],
+                                        "threads": [], "files": []})
             s["t"].append(now)
             for k, v in sample.items():
                 s[k].append(v)
@@ -144,6 +149,9 @@ def main() -> None:
             "rss_growth_mb_per_hour": slope_per_hour(s["t"], s["rss_mb"]),
             "rss_floor_growth_mb_per_hour": slope_per_hour(middles, floors),
             "rss_peak_growth_mb_per_hour": slope_per_hour(middles, peaks),
+            # Private (heap) and shared (buffers, queue rings) parts of the resident size.
+            "anon_growth_mb_per_hour": slope_per_hour(s["t"], s["anon_mb"]),
+            "shmem_growth_mb_per_hour": slope_per_hour(s["t"], s["shmem_mb"]),
             "threads_min_max": [min(s["threads"]), max(s["threads"])],
             "files_min_max": [min(s["files"]), max(s["files"])]}
     windows = fps_windows(train_dir / "soak" / "progress.csv", since=warm)

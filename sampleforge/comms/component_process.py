@@ -16,10 +16,14 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Iterator
 from typing import Any, Callable, Protocol
 
+from faster_fifo import Queue
+
+from sampleforge.comms.doorbell_queue import DoorbellQueue
 from sampleforge.comms.messages import ComponentFailed, ComponentStarted, ComponentStopped
-from sampleforge.comms.queues import send_many
+from sampleforge.comms.queues import map_ring_pages, send_many
 
 POLL_TIMEOUT_SEC = 0.1
 
@@ -68,6 +72,7 @@ def component_main(name: str, build: Callable[..., Component], kwargs: dict[str,
     import torch
 
     torch.set_num_threads(torch_threads)
+    map_ring_pages(queues_in([kwargs, report_queue]))
     component = None
     try:
         component = build(**kwargs)
@@ -79,6 +84,20 @@ def component_main(name: str, build: Callable[..., Component], kwargs: dict[str,
     except BaseException as e:  # noqa: BLE001 - every failure must reach the runner
         report_failure(report_queue, name, e)
         sys.exit(1)
+
+
+def queues_in(value: Any) -> Iterator[Queue]:
+    """Every faster-fifo queue in `value`, looking through lists, tuples, dicts and doorbells."""
+    if isinstance(value, Queue):
+        yield value
+    elif isinstance(value, DoorbellQueue):
+        yield value.queue
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from queues_in(item)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from queues_in(item)
 
 
 def report_failure(report_queue, name: str, error: BaseException) -> None:
