@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 from faster_fifo import Queue
 
 from sampleforge.comms.doorbell_queue import DoorbellQueue
+from sampleforge.comms.heap_trim import HeapTrimmer
 from sampleforge.comms.messages import ComponentFailed, ComponentStarted, ComponentStopped
 from sampleforge.comms.queues import map_ring_pages, send_many
 
@@ -77,8 +78,10 @@ def component_main(name: str, build: Callable[..., Component], kwargs: dict[str,
     try:
         component = build(**kwargs)
         send_many(report_queue, [ComponentStarted(name, os.getpid())])
+        heap = HeapTrimmer()
         while component.running:
             component.poll(POLL_TIMEOUT_SEC)
+            heap.maybe_trim()
         component.close()
         send_many(report_queue, [ComponentStopped(name)])
     except BaseException as e:  # noqa: BLE001 - every failure must reach the runner
