@@ -27,7 +27,6 @@ from typing import Optional
 
 import torch
 
-from sampleforge.comms.component_process import queues_in
 from sampleforge.comms.eval_messages import EvaluationFinished
 from sampleforge.comms.hosts import InlineHost, ProcessHost
 from sampleforge.comms.messages import (
@@ -47,7 +46,7 @@ from sampleforge.comms.messages import (
     TrainingReport,
 )
 from sampleforge.comms.queue_locks import release_if_held_by
-from sampleforge.comms.queues import map_ring_pages, receive, send_many
+from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.evaluation_hook import TrainingEvaluation
 from sampleforge.components.experiment import prepare_experiment
 from sampleforge.components.model_factory import check_model_fits_env
@@ -163,7 +162,6 @@ class Runner:
 
     def _start(self) -> None:
         self.wiring = wire(self.cfg, self.env_spec, self.env, self.device, self.exp, self.resume)
-        map_ring_pages(queues_in(list(self.wiring.queues().values())))  # RSS flat from the start
         self.evaluation = TrainingEvaluation.attach(self.cfg, self.env_spec, self.env, self.exp,
                                                     self.wiring)
         self.population = Population(self.cfg, self.wiring, self.exp.path,
