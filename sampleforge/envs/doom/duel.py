@@ -274,10 +274,10 @@ class DoomDuelEnv(MultiAgentEnv):
     # ------------------------------------------------------------------ seats
 
     def _start_retrying_crashes(self, seed: int | None) -> list[SeatReply]:
-        """`_start`, again on a fresh port (up to START_ATTEMPTS in all) while games die while
-        starting rather than failing to connect in time: two engines starting at the same
-        moment can clash over their IPC names ("File exists"), or another program can take
-        the probed port. Names that engines killed earlier left behind are removed first."""
+        """`_start`, repeated on a fresh port (up to START_ATTEMPTS in all) when a game dies
+        while starting, but not when the games fail to connect in time: two engines starting
+        at the same moment can clash over their IPC names ("File exists"), or another program
+        can take the probed port. Names that killed engines left behind are removed first."""
         remove_orphan_engine_ipc()
         started = time.monotonic()
         for _ in range(START_ATTEMPTS - 1):
