@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from sampleforge.comms.heap import reuse_freed_tensor_memory
 from sampleforge.components.batcher import Dataset
 from sampleforge.components.learner import Learner
 from sampleforge.components.model_factory import make_actor_critic
@@ -37,6 +38,7 @@ from sampleforge.spaces import action_spec, observation_specs
 def _simulate(env_spec: EnvSpec, num_envs: int, seconds: float, index: int) -> int:
     """Step `num_envs` envs with random actions for `seconds`; returns agent steps."""
     torch.set_num_threads(1)
+    reuse_freed_tensor_memory()  # as in a rollout worker
     envs = [make_env(env_spec, EnvContext(worker_index=index, env_index=i, seed=index * 1000 + i))
             for i in range(num_envs)]
     for env in envs:
@@ -97,6 +99,7 @@ def compute_costs(cfg: Config, inference_batch_size: int, seconds: float = 3.0,
     `seconds / rounds` each, so that a burst of noise from a shared host lands in one round of
     one workload instead of in the whole of one."""
     torch.set_num_threads(1)
+    reuse_freed_tensor_memory()  # the heap policy of the component processes
     env = env_info(cfg.env)
     env_spec = resolve_env(cfg.env)
     model = make_actor_critic(cfg, env.observation_space, env.action_space).eval()

@@ -20,6 +20,7 @@ import sys
 from typing import Sequence
 
 from sampleforge.cli.signals import early_exit_code, record_early_signals
+from sampleforge.comms.heap import reuse_freed_tensor_memory
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import ConfigArgumentParser
 
@@ -42,6 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s",
                         datefmt="%H:%M:%S")
     record_early_signals()
+    reuse_freed_tensor_memory()  # serial mode trains in this process (see comms/heap.py)
     try:
         args = build_parser().parse_args(argv)
         return early_exit_code() or args.run(args)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Protocol
 from faster_fifo import Queue
 
 from sampleforge.comms.doorbell_queue import DoorbellQueue
-from sampleforge.comms.heap_trim import HeapTrimmer
+from sampleforge.comms.heap import HeapTrimmer, reuse_freed_tensor_memory
 from sampleforge.comms.messages import ComponentFailed, ComponentStarted, ComponentStopped
 from sampleforge.comms.queues import map_ring_pages, send_many
 
@@ -73,6 +73,7 @@ def component_main(name: str, build: Callable[..., Component], kwargs: dict[str,
     import torch
 
     torch.set_num_threads(torch_threads)
+    reuse_freed_tensor_memory()
     map_ring_pages(queues_in([kwargs, report_queue]))
     component = None
     try:

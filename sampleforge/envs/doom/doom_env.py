@@ -21,6 +21,7 @@ directory, which no setting controls.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import weakref
@@ -197,6 +198,10 @@ class DoomEnv(gym.Env):
         # Runs on close(), or when the env is garbage-collected or Python exits without it.
         self._release = weakref.finalize(self, _stop_game, self._game, config_dir)
         remove_orphan_engine_ipc()  # a colliding leftover name would make init fail
+        # Engines that start at the same moment in one working directory (the rollout workers
+        # of a run) race to create ./_vizdoom, and the loser fails with "File exists"; one that
+        # finds the folder leaves it alone.
+        os.makedirs("_vizdoom", exist_ok=True)
         self._game.init()
         self._started = True
 

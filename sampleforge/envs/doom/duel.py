@@ -63,6 +63,7 @@ import numpy as np
 from sampleforge.envs.doom.actions import FactorisedActions
 from sampleforge.envs.doom.engine_ipc import (
     engine_instance_ids,
+    engine_ipc_mapped_by,
     remove_engine_ipc,
     remove_orphan_engine_ipc,
 )
@@ -436,11 +437,15 @@ class _SeatProcess:
         """Start the process of ``seat`` in ``work_dir`` and send it ``connect``."""
         ours, theirs = Pipe()
         log_path = f"{work_dir}/seat{seat}.log"
+        seat_dir = f"{work_dir}/seat{seat}"
+        os.mkdir(seat_dir)
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 _seat_command(theirs.fileno()),
                 pass_fds=(theirs.fileno(),),
-                cwd=work_dir,  # the engine creates ./_vizdoom; keep it in the private folder
+                # Each engine creates ./_vizdoom: two creating one folder at the same moment
+                # can fail with "File exists", so each seat has its own working directory.
+                cwd=seat_dir,
                 start_new_session=True,  # its own process group, which the engine joins
                 stdin=subprocess.DEVNULL,
                 # The engine's netgame chatter, and the seat's traceback should it crash.
@@ -466,8 +471,9 @@ class _SeatProcess:
         while time.monotonic() < deadline and _exit_status(self.process.pid) is None:
             time.sleep(0.02)
         # Killed engines leave their message queues and shared memory in /dev/shm; their names
-        # carry the engine's instance id, which only its command line tells.
-        engines = engine_instance_ids(self.process.pid)
+        # carry the engine's instance id, which a live engine's command line tells, and which
+        # the seat maps (also when its engine died, or the seat is killed while closing).
+        engines = _seat_engines(self.process.pid)
         # Kill the group while the seat process is unreaped: its id, which is the group's id,
         # cannot belong to anyone else yet.
         try:
@@ -477,6 +483,12 @@ class _SeatProcess:
         self.process.wait()
         self.connection.close()
         remove_engine_ipc(engines)
+
+
+def _seat_engines(seat_pid: int) -> list[str]:
+    """Instance ids of the engine of the seat process ``seat_pid`` (the leader of its process
+    group): running engines in the group, and the names the seat has mapped."""
+    return sorted(set(engine_instance_ids(seat_pid)) | set(engine_ipc_mapped_by(seat_pid)))
 
 
 def _seat_command(fd: int) -> list[str]:
@@ -594,8 +606,12 @@ def serve_seat(fd: int) -> None:
                 return
             connection.send(("ok", reply))
     finally:
+        engines = _seat_engines(os.getpid())
         if game is not None:
             game.close()
+        # A game whose engine died while starting (game is None then) or while closing leaves
+        # its names behind: this process is their only user.
+        remove_engine_ipc(engines)
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -607,7 +623,7 @@ def _exit_with_parent(parent: int) -> None:
         # The engine may be blocked and the main thread with it, so no graceful close: unlink
         # what the engine would have removed in /dev/shm (it may, on Linux, while in use), then
         # kill it and ourselves.
-        remove_engine_ipc(engine_instance_ids(os.getpgid(0)))
+        remove_engine_ipc(_seat_engines(os.getpid()))
         os.killpg(0, signal.SIGKILL)
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

@@ -40,6 +40,25 @@ def engine_instance_ids(group: int | None = None) -> list[str]:
     return ids
 
 
+def engine_ipc_mapped_by(pid: int) -> list[str]:
+    """The instance ids of the engine names process ``pid`` has mapped: a game's controller
+    maps its engine's queues and shared memory from the start, before and after the engine
+    process runs, so this finds them when the engine has died or not yet started."""
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return []  # gone, or not ours to read
+    ids = set()
+    for line in maps.splitlines():
+        name = line.rsplit("/", 1)[-1]
+        if not line.endswith(f"{SHM}/{name}") or not name.startswith("ViZDoom"):
+            continue
+        for kind in KINDS:
+            if name.startswith(f"ViZDoom{kind}"):
+                ids.add(name[len(f"ViZDoom{kind}") :])
+    return sorted(ids)
+
+
 def remove_engine_ipc(instance_ids: list[str]) -> None:
     """Remove what the engines ``instance_ids`` left in /dev/shm."""
     for instance in instance_ids:

@@ -67,3 +67,29 @@ def test_only_old_names_of_engines_that_are_gone_are_removed(shm: Path, fake_eng
 def test_removing_names_that_are_already_gone_is_fine(shm: Path) -> None:
     engine_ipc.remove_engine_ipc(["NeverThere"])
     assert list(shm.iterdir()) == []
+
+
+def test_the_names_a_process_maps_give_its_engines_ids(shm: Path) -> None:
+    # A game's controller maps its engine's names; other files in the folder, mapped or not,
+    # and names merely present are not its engine's.
+    import mmap
+
+    for name in ("ViZDoomSMMine01", "ViZDoomMQCtrMine01", "ViZDoomMQDoomMine02", "other",
+                 "ViZDoomSMNotMapped"):
+        (shm / name).write_bytes(b"\0" * 4096)
+    maps = []
+    try:
+        for name in ("ViZDoomSMMine01", "ViZDoomMQCtrMine01", "ViZDoomMQDoomMine02", "other"):
+            with open(shm / name, "r+b") as f:
+                maps.append(mmap.mmap(f.fileno(), 4096))
+        assert engine_ipc.engine_ipc_mapped_by(os.getpid()) == ["Mine01", "Mine02"]
+    finally:
+        for m in maps:
+            m.close()
+    assert engine_ipc.engine_ipc_mapped_by(os.getpid()) == []
+
+
+def test_a_process_that_is_gone_maps_nothing() -> None:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    assert engine_ipc.engine_ipc_mapped_by(process.pid) == []
