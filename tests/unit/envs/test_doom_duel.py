@@ -19,7 +19,7 @@ import threading
 import time
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pytest
@@ -44,6 +44,22 @@ needs_vizdoom = pytest.mark.skipif(
 )
 
 SHORT_MATCH_SECONDS = 4.0  # 140 tics = 70 agent steps per match
+
+
+def engine_names() -> set[str]:
+    return {path.name for path in Path("/dev/shm").glob("ViZDoom*")}
+
+
+@pytest.fixture(autouse=True)
+def no_engine_names_left() -> Iterator[None]:
+    """Every test leaves /dev/shm as it found it: games closed, starts that failed (and were
+    retried without a word), seats killed while closing or with their env process."""
+    before = engine_names()
+    yield
+    deadline = time.monotonic() + 5.0
+    while (left := engine_names() - before) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not left, f"left in /dev/shm: {sorted(left)}"
 
 
 @pytest.fixture
