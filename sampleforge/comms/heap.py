@@ -6,9 +6,9 @@ with its own `mmap`, and after a free it raises that threshold only to the size 
 and trims the heap's top once more than twice that is free. An inference step frees a few MB
 of activations together (atari_breakout, batch 32: a 3.6 MB float copy of the frames and the
 conv outputs), so every step gave its pages back to the OS and faulted them in again: about
-100,000 page faults per second, a quarter of the inference worker's time, and a cost that
-changed from one process to the next with where the blocks landed (260-340 us per sample
-against 206-213 once reused). Fixed thresholds keep blocks of up to 32 MB (glibc's largest
+100,000 page faults per second, and a cost that changed from one process to the next with
+where the blocks landed (the ReLU model alone on a core: 238-317 us per sample in ten
+processes, 206-213 in each of three once blocks are reused). Fixed thresholds keep blocks of up to 32 MB (glibc's largest
 mmap threshold) in the heap for the next step. Larger blocks, such as a learner's whole
 minibatch, still get their own mappings.
 

@@ -199,8 +199,8 @@ class DoomEnv(gym.Env):
         self._release = weakref.finalize(self, _stop_game, self._game, config_dir)
         remove_orphan_engine_ipc()  # a colliding leftover name would make init fail
         # Engines that start at the same moment in one working directory (the rollout workers
-        # of a run) race to create ./_vizdoom, and the loser fails with "File exists"; one that
-        # finds the folder leaves it alone.
+        # of a run) race to create ./_vizdoom, which the loser can fail with "File exists"; an
+        # engine that finds the folder leaves it alone.
         os.makedirs("_vizdoom", exist_ok=True)
         self._game.init()
         self._started = True
