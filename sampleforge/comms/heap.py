@@ -8,9 +8,9 @@ of activations together (atari_breakout, batch 32: a 3.6 MB float copy of the fr
 conv outputs), so every step gave its pages back to the OS and faulted them in again: about
 100,000 page faults per second, and a cost that changed from one process to the next with
 where the blocks landed (the ReLU model alone on a core: 238-317 us per sample in ten
-processes, 206-213 in each of three once blocks are reused). Fixed thresholds keep blocks of up to 32 MB (glibc's largest
-mmap threshold) in the heap for the next step. Larger blocks, such as a learner's whole
-minibatch, still get their own mappings.
+processes, 206-213 in each of three once blocks are reused). Fixed thresholds keep blocks of
+up to 32 MB (glibc's largest mmap threshold) in the heap for the next step. Larger blocks,
+such as a learner's whole minibatch, still get their own mappings.
 
 Trim (`HeapTrimmer`). glibc keeps freed memory in its heaps for reuse and returns only what
 lies at the top of a heap. A learner frees hundreds of MB of activations every SGD step; over
