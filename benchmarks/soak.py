@@ -115,7 +115,9 @@ def main() -> None:
     shm_before = set(os.listdir("/dev/shm"))
     cmd = [sys.executable, "-m", "sampleforge.cli.main", "train", "--env", args.env,
            "--train_dir", str(train_dir), "--experiment", "soak", "--stop_at_mean_return", "inf",
-           "--train_for_seconds", str(args.minutes * 60 + 600), "--report_every_sec", "10",
+           # Time, not steps, ends the run: at 5,000 frames/s the default 10M steps last 34 min.
+           "--train_for_seconds", str(args.minutes * 60 + 600), "--train_for_env_steps", str(10**15),
+           "--report_every_sec", "10",
            *train_args]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     series: dict[str, dict[str, list[float]]] = {}
