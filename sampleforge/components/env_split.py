@@ -2,7 +2,19 @@
 
 `EnvSplit.step` applies one action per row, resets envs whose episode ended, and writes rewards,
 dones, validity flags and next observations straight into the numpy views of a trajectory slot
-it is given. A row is one agent seat of one env: single-agent envs (`EnvSplit`) have one row
+it is given.
+
+Episode ends. `dones[t] = 1` means "do not bootstrap from the observation written for t + 1":
+- termination: the env is reset in the same step, `dones[t] = 1`, and the next episode's first
+  observation is written for t + 1;
+- truncation (a time limit, not termination): `dones[t] = 0` and the true final observation is
+  written for t + 1, so the learner bootstraps from V(final observation), which it computes with
+  the current network like every other value. The env is reset on the next step instead of
+  being stepped (Gymnasium's NEXT_STEP autoreset): that step ignores its action, has reward 0,
+  `dones = 1` and `valids = 0`, so it is never trained on and the value targets pass through it
+  unchanged (see `sampleforge.algo.gae`'s conventions on excluded steps). One step per
+  truncated episode is spent this way.
+A step that ends by termination and truncation at once counts as termination. A row is one agent seat of one env: single-agent envs (`EnvSplit`) have one row
 each, multi-agent envs (`MultiAgentEnvSplit`) one per seat, env-major (row = env * seats + seat).
 
 Episode returns and lengths come from the envs' episode-statistics wrapper (single-agent) or are
@@ -73,6 +85,8 @@ class EnvSplit:
                                     seed=seed) for i in range(num_envs)]
         self.error_policy = error_policy
         self.envs = [self._build(ctx) for ctx in self.contexts]
+        # Envs truncated at the last step: their final observation was written; reset them now.
+        self._reset_pending = np.zeros(num_envs, dtype=bool)
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
         self._is_dict = isinstance(self.observation_space, gym.spaces.Dict)
@@ -118,17 +132,11 @@ class EnvSplit:
         out.valids[:] = 1.0
         for i, env in enumerate(self.envs):
             try:
-                obs, reward, terminated, truncated, info = env.step(env_actions[i])
-                done = terminated or truncated
-                if done:
-                    episode = info.get("episode")
-                    if episode is not None:
-                        outcome.episode_returns.append(float(episode["r"]))
-                        outcome.episode_lengths.append(int(episode["l"]))
-                        outcome.episode_rows.append(i)
-                        outcome.episode_wins.append(info.get("win"))
-                    outcome.ended_envs.append(i)
-                    obs, _ = env.reset()
+                if self._reset_pending[i]:
+                    obs, reward, done = self._reset_after_truncation(i, outcome), 0.0, True
+                    out.valids[i] = 0.0
+                else:
+                    obs, reward, done = self._step_env(i, env_actions[i], outcome)
             except Exception as e:  # noqa: BLE001 - the fault policy decides
                 obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True,
                                      cause=e)
@@ -141,6 +149,33 @@ class EnvSplit:
         self._write_obs(observations, out.next_obs)
         self._check_finite(out, outcome)
         return outcome
+
+    def _step_env(self, i: int, action: Any, outcome: StepOutcome) -> tuple[Any, float, bool]:
+        """Step env `i`; returns the observation to write for t + 1, the reward and whether
+        bootstrapping from that observation is cut (see "Episode ends" in the module docstring)."""
+        env = self.envs[i]
+        obs, reward, terminated, truncated, info = env.step(action)
+        if not (terminated or truncated):
+            return obs, reward, False
+        episode = info.get("episode")
+        if episode is not None:
+            outcome.episode_returns.append(float(episode["r"]))
+            outcome.episode_lengths.append(int(episode["l"]))
+            outcome.episode_rows.append(i)
+            outcome.episode_wins.append(info.get("win"))
+        if not terminated:
+            self._reset_pending[i] = True
+            return obs, reward, False
+        outcome.ended_envs.append(i)
+        obs, _ = env.reset()
+        return obs, reward, True
+
+    def _reset_after_truncation(self, i: int, outcome: StepOutcome) -> Any:
+        """The step after env `i`'s truncation: reset it (its action is ignored)."""
+        self._reset_pending[i] = False
+        outcome.ended_envs.append(i)
+        obs, _ = self.envs[i].reset()
+        return obs
 
     def close(self) -> None:
         for env in self.envs:
@@ -161,6 +196,7 @@ class EnvSplit:
             raise EnvFaultError(message) from cause
         log.warning("%s; restarting it", message)
         outcome.faults.append(message)
+        self._reset_pending[i] = False  # the restart's reset is the new episode's start
         if rebuild:
             try:
                 self.envs[i].close()
@@ -251,8 +287,13 @@ class MultiAgentEnvSplit(EnvSplit):
             rows = self.env_rows(i)
             finished_before = self._seat_done[rows].copy()
             try:
+                if self._reset_pending[i]:
+                    obs = self._reset_after_truncation(i, outcome)
+                    self._clear_episode(rows)
+                    out.rewards[rows], out.dones[rows], out.valids[rows] = 0.0, 1.0, 0.0
+                    observations += list(obs)
+                    continue
                 obs, rewards, terminated, truncated, infos = env.step(list(env_actions[rows]))
-                done = np.logical_or(terminated, truncated)
                 out.rewards[rows] = rewards
             except Exception as e:  # noqa: BLE001 - the fault policy decides
                 obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True,
@@ -264,19 +305,33 @@ class MultiAgentEnvSplit(EnvSplit):
                 outcome.ended_envs.append(i)
                 observations += list(obs)
                 continue
+            terminated = np.asarray(terminated, dtype=bool)
+            truncated = np.asarray(truncated, dtype=bool) & ~terminated
             # A seat that was already done has nothing left to learn from in this episode.
             out.valids[rows] = np.where(finished_before, 0.0, 1.0)
             out.rewards[rows] = np.where(finished_before, 0.0, out.rewards[rows])
-            self._count(rows, out.rewards[rows], done, finished_before, infos, outcome)
-            out.dones[rows] = np.logical_or(done, finished_before)
+            self._count(rows, out.rewards[rows], terminated | truncated, finished_before, infos,
+                        outcome)
+            # A truncated seat bootstraps from its final observation (module docstring).
+            out.dones[rows] = np.logical_or(terminated, finished_before)
             if self._seat_done[rows].all():
-                obs, _ = env.reset()
-                self._seat_done[rows] = False
-                outcome.ended_envs.append(i)
+                obs = self._end_episode(i, obs, truncated & ~finished_before, outcome)
             observations += list(obs)
         self._write_obs(observations, out.next_obs)
         self._check_finite(out, outcome)
         return outcome
+
+    def _end_episode(self, i: int, final_obs: Any, truncated_now: np.ndarray,
+                     outcome: StepOutcome) -> Any:
+        """Every seat of env `i` is done: reset it now, or on the next step when a seat was
+        truncated in this one (its final observation must be seen); returns what to write."""
+        if truncated_now.any():
+            self._reset_pending[i] = True
+            return final_obs
+        obs, _ = self.envs[i].reset()
+        self._seat_done[self.env_rows(i)] = False
+        outcome.ended_envs.append(i)
+        return obs
 
     def _count(self, rows: slice, rewards: np.ndarray, done: np.ndarray,
                finished_before: np.ndarray, infos: list[dict], outcome: StepOutcome) -> None:

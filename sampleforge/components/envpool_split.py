@@ -24,6 +24,12 @@ policy chose is ever ignored. (The alternative, writing the terminal observation
 the next batch step reset D, would put a step whose action EnvPool ignores into every episode:
 an invalid row, a wasted inference and a recurrent state fed the old episode's last frame.)
 
+Truncation is the exception, as in `EnvSplit` (see "Episode ends" there): the learner must
+bootstrap from a truncated episode's true final observation. So an env truncated (and not
+terminated) at step t gets `dones[t] = 0` and its final observation written for t + 1, and is
+not stepped at once: the next batch step resets it the EnvPool way, ignoring its action, and
+that step is written with reward 0, `dones = 1` and `valids = 0`.
+
 Faults, with `EnvSplit`'s policy shape. An exception from EnvPool concerns the whole batch:
 with "restart" the pool is rebuilt and reset, every row of that step is marked invalid and
 done, and one fault line per env is reported; with "fail" an `EnvFaultError` is raised. A
@@ -91,6 +97,8 @@ class EnvPoolSplit(EnvSplit):
         self._env_ids = np.arange(num_envs, dtype=np.int32)
         self._noop = np.zeros((num_envs, *self.action_space.shape), self.action_space.dtype)
         self._tracker = self.factory.episode_tracker(num_envs)
+        # Envs truncated at the last step, which EnvPool resets in the next batch step.
+        self._reset_pending = np.zeros(num_envs, dtype=bool)
 
     @property
     def num_rows(self) -> int:
@@ -118,6 +126,7 @@ class EnvPoolSplit(EnvSplit):
         self._write_rows(obs, np.asarray(info["env_id"]), next_obs)
         self._sanitize_obs(next_obs)
         self._tracker.clear(slice(None))
+        self._reset_pending = np.zeros(len(self.contexts), dtype=bool)
 
     def step(self, actions: np.ndarray, out: StepTargets) -> StepOutcome:
         """Step every env with its row of `actions` [N, A] in one EnvPool call; results into
@@ -140,23 +149,36 @@ class EnvPoolSplit(EnvSplit):
 
     # --- stepping -------------------------------------------------------------------------------
     def _step_batch(self, actions: np.ndarray, out: StepTargets, outcome: StepOutcome) -> None:
+        resetting = np.flatnonzero(self._reset_pending)  # EnvPool resets these in this call
+        self._reset_pending[:] = False
         obs, reward, terminated, truncated, info = self.pool.step(
             self._batch_actions(actions), self._env_ids
         )
         ids = np.asarray(info["env_id"])  # the row of each result
-        done = np.logical_or(terminated, truncated)
+        terminated = np.asarray(terminated, dtype=bool)
         self._write_rows(obs, ids, out.next_obs)
         out.rewards[ids] = reward
-        out.dones[ids] = done
+        out.dones[ids] = terminated  # a truncated env bootstraps from its final observation
         for episode in self._tracker.update(ids, reward, terminated, truncated, info):
             outcome.episode_returns.append(episode.episode_return)
             outcome.episode_lengths.append(episode.length)
             outcome.episode_rows.append(episode.env_id)
             outcome.episode_wins.append(None)
-        ended = ids[done].astype(np.int32)
+        if resetting.size:
+            self._mark_reset_step(resetting, out, outcome)
+        self._reset_pending[ids[np.asarray(truncated, dtype=bool) & ~terminated]] = True
+        ended = ids[terminated].astype(np.int32)
         if ended.size:
             self._auto_reset(ended, out.next_obs)
             outcome.ended_envs.extend(ended.tolist())
+
+    def _mark_reset_step(self, reset: np.ndarray, out: StepTargets, outcome: StepOutcome) -> None:
+        """EnvPool reset `reset` in this step, after their truncation: nothing to learn from."""
+        out.rewards[reset] = 0.0
+        out.dones[reset] = 1.0
+        out.valids[reset] = 0.0
+        self._tracker.clear(reset)  # the new episode starts with the next step
+        outcome.ended_envs.extend(reset.tolist())
 
     def _auto_reset(self, ended: np.ndarray, next_obs: dict[str, np.ndarray]) -> None:
         """Let EnvPool reset `ended` its own way now (see the module docstring)."""
@@ -199,6 +221,7 @@ class EnvPoolSplit(EnvSplit):
             raise EnvFaultError(message) from cause
         log.warning("%s; restarting it", message)
         outcome.faults.append(message)
+        self._reset_pending[i] = False
         obs, _ = self.pool.reset(np.array([i], dtype=np.int32))
         self._tracker.clear([i])
         return _env_zero(obs)

@@ -6,9 +6,11 @@ actions; while one split waits for actions the other is stepped (double-buffered
 paper sec. 3.2). The worker holds no copy of the policy: observations go into the shared
 trajectory slot and actions come back in the same slot; queues carry only indices.
 
-Episode boundaries: when an env's episode ends (terminated or truncated; truncation is treated
-as termination) the env is reset at once, the done flag is written for that step, and the
-recurrent state of the next step is zeroed so the new episode starts fresh.
+Episode boundaries are the env split's (`EnvSplit`, "Episode ends"): a terminated env is reset
+at once with its done flag written for that step; a truncated one shows its final observation
+first (no done flag, so the learner bootstraps from it) and is reset on its next step, which is
+marked done and invalid. Wherever a done flag is written, the recurrent state of the next step
+is zeroed so the new episode starts fresh.
 
 Policies: each row (an agent seat of an env) is played by one policy, chosen by the
 `PolicyMapping` when its env's episode starts. Each step the worker stamps the rows' policy ids

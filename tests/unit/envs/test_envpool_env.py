@@ -391,3 +391,37 @@ def test_split_refuses_specs_that_are_not_envpool():
         )
     assert isinstance(envpool_spec(CARTPOLE).factory, EnvPoolFactory)
     assert ENVPOOL_PREFIX == "envpool:"
+
+
+@needs_envpool
+def test_truncated_envs_show_their_final_observation_then_envpool_resets_them():
+    # Pendulum's episodes end only by its 200-step time limit.
+    split = _split("envpool:Pendulum-v1", num_envs=2, seed=0)
+    recorder = split.pool = RecordingPool(split.pool)
+    out = _targets(split)
+    split.reset_all(out.next_obs)
+    actions = np.zeros((2, 1), np.float32)
+    episodes = []
+    for t in range(1, 203):
+        recorder.calls.clear()
+        out = _targets(split)
+        outcome = split.step(actions, out)
+        episodes += outcome.episode_lengths
+        (_, _, (obs, reward, terminated, truncated, info)), *partial = recorder.calls
+        assert partial == []  # a truncation never triggers an immediate reset
+        if t < 200:
+            assert (out.dones == 0.0).all() and (out.valids == 1.0).all()
+        elif t == 200:
+            assert truncated.all() and not terminated.any()
+            # No done flag: the learner bootstraps from the true final observation.
+            assert (out.dones == 0.0).all() and (out.valids == 1.0).all()
+            np.testing.assert_array_equal(out.next_obs["obs"], obs.astype(np.float32))
+            assert episodes == [200, 200] and outcome.ended_envs == []
+        elif t == 201:
+            # EnvPool reset them in this batch step (their actions ignored): not trained on.
+            assert (info["elapsed_step"] == 0).all()
+            assert out.dones.tolist() == [1.0, 1.0] and out.valids.tolist() == [0.0, 0.0]
+            assert out.rewards.tolist() == [0.0, 0.0] and sorted(outcome.ended_envs) == [0, 1]
+        else:
+            assert (out.valids == 1.0).all() and (info["elapsed_step"] == 1).all()
+    split.close()
