@@ -30,6 +30,8 @@ from gymnasium import spaces as gym_spaces
 OBS_KEY = "obs"
 
 SUPPORTED_OBSERVATION_SPACES = "Box, Dict(Box...)"
+# What to do about an observation (part) the models cannot take; docs/custom_env.md shows how.
+_ENCODE_HINT = "encode it with a gymnasium ObservationWrapper (see docs/custom_env.md)"
 SUPPORTED_ACTION_SPACES = "Discrete, MultiDiscrete, Tuple(Discrete...), Box"
 
 _TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
@@ -70,7 +72,8 @@ def observation_specs(space: gym_spaces.Space) -> dict[str, TensorSpec]:
     """Map an observation space to one ``TensorSpec`` per observation key.
 
     Box -> ``{"obs": spec}``; Dict of Boxes -> one entry per key, keys sorted.
-    Raises UnsupportedSpaceError for anything else.
+    Raises UnsupportedSpaceError (one line, naming the offending key of a Dict) for anything
+    else.
     """
     if isinstance(space, gym_spaces.Box):
         return {OBS_KEY: _box_obs_spec(space)}
@@ -80,14 +83,23 @@ def observation_specs(space: gym_spaces.Space) -> dict[str, TensorSpec]:
             sub = space.spaces[key]
             if not isinstance(sub, gym_spaces.Box):
                 raise UnsupportedSpaceError(
-                    f"unsupported observation space {space!r} (key {key!r} is {sub!r}); "
-                    f"supported: {SUPPORTED_OBSERVATION_SPACES}"
+                    f"observation key {key!r} is {_a_space(sub)}, which the models cannot "
+                    f"take (supported: {SUPPORTED_OBSERVATION_SPACES}); drop it or {_ENCODE_HINT}"
                 )
             specs[key] = _box_obs_spec(sub)
         return specs
     raise UnsupportedSpaceError(
-        f"unsupported observation space {space!r}; supported: {SUPPORTED_OBSERVATION_SPACES}"
+        f"the observation space is {_a_space(space)}, which the models cannot take "
+        f"(supported: {SUPPORTED_OBSERVATION_SPACES}); {_ENCODE_HINT}"
     )
+
+
+def _a_space(space: gym_spaces.Space) -> str:
+    # The space's kind, not its repr: a repr holds bound arrays that may span several lines.
+    kind = type(space).__name__
+    if isinstance(space, gym_spaces.Dict) and not space.spaces:
+        return "an empty Dict space"
+    return f"{'an' if kind[:1] in 'AEIOU' else 'a'} {kind} space"
 
 
 def observation_to_dict(obs: Any, space: gym_spaces.Space) -> dict[str, np.ndarray]:
@@ -107,6 +119,11 @@ def _as_obs_array(value: Any, box: gym_spaces.Space) -> np.ndarray:
     # Same dtype rule as _box_obs_spec; asarray avoids a copy when the dtype already matches.
     dtype = np.uint8 if box.dtype == np.uint8 else np.float32
     return np.asarray(value, dtype=dtype)
+
+
+def _one_line(space: gym_spaces.Space) -> str:
+    # Box reprs print non-uniform bounds as arrays, which span lines for 2-D shapes.
+    return " ".join(repr(space).split())
 
 
 # --------------------------------------------------------------------------- actions
@@ -133,7 +150,7 @@ def categorical_sizes(space: gym_spaces.Space) -> tuple[int, ...]:
     if _is_tuple_of_discrete(space):
         return tuple(int(s.n) for s in space.spaces)
     raise UnsupportedSpaceError(
-        f"{space!r} is not a discrete action space; supported: {SUPPORTED_ACTION_SPACES}"
+        f"{_one_line(space)} is not a discrete action space; supported: {SUPPORTED_ACTION_SPACES}"
     )
 
 
@@ -150,7 +167,7 @@ def action_spec(space: gym_spaces.Space) -> TensorSpec:
     ):
         return TensorSpec(shape=(len(categorical_sizes(space)),), dtype=torch.int64)
     raise UnsupportedSpaceError(
-        f"unsupported action space {space!r}; supported: {SUPPORTED_ACTION_SPACES}"
+        f"unsupported action space {_one_line(space)}; supported: {SUPPORTED_ACTION_SPACES}"
     )
 
 
@@ -181,7 +198,7 @@ def actions_to_env(actions: np.ndarray, space: gym_spaces.Space) -> list:
         clipped = np.clip(actions, low, high).astype(space.dtype, copy=False)
         return [row.reshape(space.shape) for row in clipped]
     raise UnsupportedSpaceError(
-        f"unsupported action space {space!r}; supported: {SUPPORTED_ACTION_SPACES}"
+        f"unsupported action space {_one_line(space)}; supported: {SUPPORTED_ACTION_SPACES}"
     )
 
 

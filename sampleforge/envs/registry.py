@@ -1,7 +1,8 @@
 """Environment registry: maps names to factories and builds environments from them.
 
 Responsibility: let users register their own environment factories from their own code,
-resolve a name (a sampleforge name first, then any Gymnasium id), build the environment
+resolve a name (a sampleforge name first, then any Gymnasium id, then Gymnasium's
+``module:EnvId`` form, which imports ``module`` so it registers ``EnvId``), build the environment
 with episode statistics attached, derive per-(worker, env) seeds, and describe an
 environment's spaces without the caller keeping an instance around.
 
@@ -13,6 +14,8 @@ caller's behalf (the first ``reset(seed=...)`` belongs to whoever drives the env
 from __future__ import annotations
 
 import difflib
+import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -25,7 +28,8 @@ from sampleforge.spaces import check_supported
 
 
 class UnknownEnvError(ValueError):
-    """Raised when a name is neither a registered sampleforge env nor a Gymnasium id."""
+    """Raised when a name is neither a registered sampleforge env nor a Gymnasium id (also when
+    the module of a ``module:EnvId`` name cannot be imported)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,8 @@ _INFO_CACHE: dict[str, EnvInfo] = {}
 # Families whose names are patterns rather than a list (e.g. "pettingzoo:<module>").
 _RESOLVERS: list[Callable[[str], "EnvSpec | None"]] = []
 _ale_registration_tried = False
+# The module part of Gymnasium's "module:EnvId" names: a dotted Python module path.
+_MODULE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 def register_env(
@@ -154,13 +160,22 @@ def registered_envs() -> list[str]:
 
 
 def resolve_env(name: str) -> EnvSpec:
-    """Find the spec for ``name``: a sampleforge name first, then a Gymnasium id."""
+    """Find the spec for ``name``: a sampleforge name first, then a Gymnasium id.
+
+    ``module:EnvId`` (Gymnasium's own syntax, for a name no resolver such as ``pettingzoo:``
+    or ``envpool:`` claims) imports ``module``, which registers ``EnvId`` with Gymnasium, and
+    resolves ``EnvId``. The spec's factory imports the module again where it runs, so spawned
+    worker processes can build the env without having imported anything themselves.
+    """
     if name in _REGISTRY:
         return _REGISTRY[name]
     for resolver in _RESOLVERS:
         spec = resolver(name)
         if spec is not None:
             return spec
+    module_spec = _resolve_module_env(name)
+    if module_spec is not None:
+        return module_spec
     gym_spec = gym.registry.get(name)
     if gym_spec is None:
         # ALE ids only exist in gymnasium's registry once ale_py is imported; do it only
@@ -237,7 +252,7 @@ def env_info(name: str) -> EnvInfo:
     if cached is not None:
         return cached
     spec = resolve_env(name)
-    env = make_env(name)
+    env = make_env(spec)
     try:
         info = EnvInfo(
             observation_space=env.observation_space,
@@ -254,22 +269,64 @@ def env_info(name: str) -> EnvInfo:
     return info
 
 
-def _spec_from_gymnasium(gym_spec: gym.envs.registration.EnvSpec) -> EnvSpec:
+def _spec_from_gymnasium(
+    gym_spec: gym.envs.registration.EnvSpec, module: str | None = None
+) -> EnvSpec:
     # ALE's v5 ids skip frames inside the env; count them so FPS stays in frames.
     frameskip = gym_spec.kwargs.get("frameskip", 1)
     threshold = gym_spec.reward_threshold
+    if module is None:
+        name = gym_spec.id
+        factory = partial(_make_gymnasium_env, gym_spec.id)
+        description = f"Gymnasium environment {gym_spec.id}"
+    else:
+        name = f"{module}:{gym_spec.id}"
+        factory = partial(_make_module_gymnasium_env, module, gym_spec.id)
+        description = f"Gymnasium environment {gym_spec.id}, registered by importing {module}"
     return EnvSpec(
-        name=gym_spec.id,
-        factory=partial(_make_gymnasium_env, gym_spec.id),
+        name=name,
+        factory=factory,
         frameskip=frameskip if isinstance(frameskip, int) and frameskip >= 1 else 1,
         reward_threshold=None if threshold is None else float(threshold),
-        description=f"Gymnasium environment {gym_spec.id}",
+        description=description,
     )
 
 
 def _make_gymnasium_env(env_id: str, context: EnvContext) -> gym.Env:
     # A module-level function in a partial (not a lambda) keeps specs picklable for workers.
     return gym.make(env_id, render_mode=context.render_mode)
+
+
+def _make_module_gymnasium_env(module: str, env_id: str, context: EnvContext) -> gym.Env:
+    # A spawned worker has not imported the module that registers the id: import it here.
+    _import_env_module(module, f"{module}:{env_id}")
+    return _make_gymnasium_env(env_id, context)
+
+
+def _resolve_module_env(name: str) -> EnvSpec | None:
+    """The spec of a Gymnasium ``module:EnvId`` name, or None when ``name`` is not one."""
+    module, colon, env_id = name.partition(":")
+    if not colon or not env_id or _MODULE_PATH.fullmatch(module) is None:
+        return None
+    if gym.registry.get(name) is not None:
+        return None  # an id that itself contains ':' (Gymnasium allows it) resolves as it is
+    _import_env_module(module, name)
+    gym_spec = gym.registry.get(env_id)
+    if gym_spec is None:
+        raise UnknownEnvError(
+            _unknown_env_message(env_id, note=f" (importing {module!r} did not register it)")
+        )
+    return _spec_from_gymnasium(gym_spec, module)
+
+
+def _import_env_module(module: str, name: str) -> None:
+    try:
+        importlib.import_module(module)
+    except Exception as err:  # any failure of the user's module, not only ImportError
+        detail = " ".join(f"{type(err).__name__}: {err}".split())  # one line
+        raise UnknownEnvError(
+            f"environment {name!r}: cannot import module {module!r} ({detail})"
+        ) from err
 
 
 def _register_ale_ids() -> None:
@@ -284,12 +341,12 @@ def _register_ale_ids() -> None:
     gym.register_envs(ale_py)
 
 
-def _unknown_env_message(name: str) -> str:
+def _unknown_env_message(name: str, note: str = "") -> str:
     candidates = list(_REGISTRY) + list(gym.registry)
     # Compare case-insensitively so "cartpole-v1" still finds "CartPole-v1".
     by_lower = {candidate.lower(): candidate for candidate in candidates}
     close = difflib.get_close_matches(str(name).lower(), list(by_lower), n=3, cutoff=0.6)
-    message = f"unknown environment {name!r}"
+    message = f"unknown environment {name!r}{note}"
     if close:
         suggestions = ", ".join(repr(by_lower[match]) for match in close)
         return f"{message}; did you mean {suggestions}?"

@@ -141,6 +141,49 @@ def test_check_supported_names_env_and_observation_space(obs_space) -> None:
     with pytest.raises(UnsupportedSpaceError) as info:
         check_supported(obs_space, gs.Discrete(2), "MyEnv-v0")
     message = str(info.value)
-    assert message.startswith("env 'MyEnv-v0': unsupported observation space ")
-    assert type(obs_space).__name__ in message
+    assert message.startswith(
+        f"env 'MyEnv-v0': the observation space is a {type(obs_space).__name__} space, "
+        "which the models cannot take (supported: Box, Dict(Box...))"
+    )
+    assert "ObservationWrapper (see docs/custom_env.md)" in message
+    assert "\n" not in message
+
+
+# A Box whose bounds differ per entry: its repr prints 2-D arrays over several lines.
+RAGGED_BOX = gs.Box(np.zeros((3, 3), np.float32), np.arange(1, 10, dtype=np.float32).reshape(3, 3))
+
+
+@pytest.mark.parametrize(
+    ("part", "kind"),
+    [
+        (gs.Text(20), "a Text space"),
+        (gs.Discrete(4), "a Discrete space"),
+        (gs.Sequence(VECTOR_BOX), "a Sequence space"),
+        (gs.Dict({"inner": VECTOR_BOX}), "a Dict space"),
+    ],
+)
+def test_unsupported_dict_key_is_named_in_one_line(part, kind: str) -> None:
+    assert "\n" in repr(RAGGED_BOX)  # the old message held the Dict's repr, spanning lines
+    space = gs.Dict({"image": RAGGED_BOX, "mission": part, "zz": VECTOR_BOX})
+    with pytest.raises(UnsupportedSpaceError) as info:
+        check_supported(space, gs.Discrete(2), "TextGame-v0")
+    message = str(info.value)
+    assert message == (
+        f"env 'TextGame-v0': observation key 'mission' is {kind}, which the models cannot take "
+        "(supported: Box, Dict(Box...)); drop it or encode it with a gymnasium "
+        "ObservationWrapper (see docs/custom_env.md)"
+    )
+
+
+def test_empty_dict_observation_is_rejected_in_one_line() -> None:
+    with pytest.raises(UnsupportedSpaceError, match="^the observation space is an empty Dict"):
+        observation_specs(gs.Dict({}))
+
+
+def test_unsupported_action_space_message_is_one_line_despite_ragged_bounds() -> None:
+    space = gs.Tuple((gs.Discrete(2), RAGGED_BOX))
+    with pytest.raises(UnsupportedSpaceError) as info:
+        check_supported(VECTOR_BOX, space, "MyEnv-v0")
+    message = str(info.value)
+    assert message.startswith("env 'MyEnv-v0': unsupported action space Tuple(Discrete(2), Box(")
     assert "\n" not in message

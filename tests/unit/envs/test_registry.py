@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from importlib.util import find_spec
 from typing import Any
 
@@ -209,6 +211,196 @@ def test_env_info_rejects_unsupported_spaces() -> None:
     register_env("text", lambda context: TextEnv([1.0]))
     with pytest.raises(UnsupportedSpaceError, match="env 'text'.*Text.*supported: Box"):
         env_info("text")
+
+
+class MissionEnv(ScriptedEnv):
+    """A Dict observation with a Text part, as MiniGrid's ``mission``."""
+
+    observation_space = gym.spaces.Dict(
+        {"mission": gym.spaces.Text(40), "position": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._observation(), {}
+
+    def step(self, action):
+        _, reward, terminated, truncated, info = super().step(action)
+        return self._observation(), reward, terminated, truncated, info
+
+    def _observation(self) -> dict[str, Any]:
+        return {"mission": "go to the green key", "position": np.zeros(2, np.float32)}
+
+
+def make_mission_env(context: EnvContext) -> gym.Env:
+    return MissionEnv([1.0] * 5, context)
+
+
+def test_a_text_key_of_a_dict_observation_fails_in_one_line_naming_it() -> None:
+    register_env("mission", make_mission_env)
+    with pytest.raises(UnsupportedSpaceError) as caught:
+        env_info("mission")
+    assert str(caught.value) == (
+        "env 'mission': observation key 'mission' is a Text space, which the models cannot take "
+        "(supported: Box, Dict(Box...)); drop it or encode it with a gymnasium "
+        "ObservationWrapper (see docs/custom_env.md)"
+    )
+
+
+# The two recipes of docs/custom_env.md ("Observations the models cannot take").
+MISSION_CHARS = 32
+
+
+def encode_mission(obs: dict) -> dict:
+    codes = np.zeros(MISSION_CHARS, np.float32)
+    text = obs["mission"].encode("ascii", "replace")[:MISSION_CHARS]
+    codes[: len(text)] = np.frombuffer(text, np.uint8) / 127.0
+    return {**obs, "mission": codes}
+
+
+def make_mission_encoded(context: EnvContext) -> gym.Env:
+    env = make_mission_env(context)
+    space = dict(env.observation_space.spaces)
+    space["mission"] = gym.spaces.Box(0.0, 1.0, (MISSION_CHARS,), np.float32)
+    return gym.wrappers.TransformObservation(env, encode_mission, gym.spaces.Dict(space))
+
+
+def make_mission_filtered(context: EnvContext) -> gym.Env:
+    return gym.wrappers.FilterObservation(make_mission_env(context), filter_keys=["position"])
+
+
+def test_the_documented_wrappers_drop_or_encode_the_text_key() -> None:
+    from sampleforge.spaces import observation_to_dict
+
+    register_env("mission_filtered", make_mission_filtered)
+    assert list(env_info("mission_filtered").observation_space.spaces) == ["position"]
+
+    register_env("mission_encoded", make_mission_encoded)
+    space = env_info("mission_encoded").observation_space
+    assert space["mission"] == gym.spaces.Box(0.0, 1.0, (MISSION_CHARS,), np.float32)
+    env = make_env("mission_encoded")
+    obs, _ = env.reset(seed=0)
+    assert space.contains(obs)
+    mission = observation_to_dict(obs, space)["mission"]
+    assert bytes(np.rint(mission[:19] * 127).astype(np.uint8)) == b"go to the green key"
+    assert not mission[19:].any()
+
+
+THIRD_PARTY_MODULE = "sampleforge.testing.third_party_env"
+THIRD_PARTY_ID = "ThirdPartyProbe-v0"
+THIRD_PARTY_NAME = f"{THIRD_PARTY_MODULE}:{THIRD_PARTY_ID}"
+
+
+@pytest.fixture
+def unimported_third_party_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if the third-party module had never been imported (an earlier test may have)."""
+    monkeypatch.delitem(sys.modules, THIRD_PARTY_MODULE, raising=False)
+    monkeypatch.delitem(gym.registry, THIRD_PARTY_ID, raising=False)
+    assert THIRD_PARTY_ID not in gym.registry
+
+
+def test_module_colon_id_imports_the_module_that_registers_the_id(
+    unimported_third_party_env: None,
+) -> None:
+    with pytest.raises(UnknownEnvError):
+        resolve_env(THIRD_PARTY_ID)  # not registered until its module is imported
+    spec = resolve_env(THIRD_PARTY_NAME)
+    assert THIRD_PARTY_MODULE in sys.modules and THIRD_PARTY_ID in gym.registry
+    assert spec.name == THIRD_PARTY_NAME
+    assert (spec.frameskip, spec.reward_threshold) == (1, 15.0)  # from gymnasium's spec
+    env = make_env(THIRD_PARTY_NAME, EnvContext(seed=3))
+    assert type(env.unwrapped).__name__ == "ProbeEnv"
+    assert isinstance(env, EpisodeStatistics)
+    env.reset(seed=3)
+    steps = [env.step(env.action_space.sample()) for _ in range(16)]
+    assert steps[-1][3] is True and steps[-1][4]["episode"]["l"] == 16  # its TimeLimit
+    info = env_info(THIRD_PARTY_NAME)
+    assert info.observation_space.shape == (4,) and info.action_space == gym.spaces.Discrete(2)
+
+
+def test_module_colon_id_spec_builds_the_env_in_a_process_that_never_imported_the_module(
+    unimported_third_party_env: None,
+) -> None:
+    # Rollout workers are spawned processes: they get the pickled spec and nothing else.
+    child = (
+        "import pickle, sys\n"
+        "from sampleforge.envs.registry import EnvContext\n"
+        "spec = pickle.loads(sys.stdin.buffer.read())\n"
+        f"assert {THIRD_PARTY_MODULE!r} not in sys.modules\n"
+        "env = spec.factory(EnvContext())\n"
+        "print(type(env.unwrapped).__name__, env.spec.id)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        input=pickle.dumps(resolve_env(THIRD_PARTY_NAME)),
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == ["ProbeEnv", THIRD_PARTY_ID]
+
+
+def test_module_that_cannot_be_imported_names_the_module_and_the_error() -> None:
+    with pytest.raises(UnknownEnvError) as caught:
+        resolve_env("no_such_package_zz.envs:Thing-v0")
+    assert str(caught.value) == (
+        "environment 'no_such_package_zz.envs:Thing-v0': cannot import module "
+        "'no_such_package_zz.envs' (ModuleNotFoundError: No module named 'no_such_package_zz')"
+    )
+
+
+def test_module_that_raises_on_import_gives_one_line(tmp_path, monkeypatch) -> None:
+    # The module's error message spans two lines; the error must still be one.
+    (tmp_path / "broken_env_pkg_zz.py").write_text("raise RuntimeError('no\\ndisplay')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UnknownEnvError) as caught:
+        make_env("broken_env_pkg_zz:Thing-v0")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.endswith("cannot import module 'broken_env_pkg_zz' (RuntimeError: no display)")
+
+
+def test_module_that_does_not_register_the_id_suggests_close_ids(
+    unimported_third_party_env: None,
+) -> None:
+    with pytest.raises(UnknownEnvError) as caught:
+        resolve_env(f"{THIRD_PARTY_MODULE}:ThirdPartyProb-v0")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message == (
+        f"unknown environment 'ThirdPartyProb-v0' (importing {THIRD_PARTY_MODULE!r} did not "
+        f"register it); did you mean {THIRD_PARTY_ID!r}?"
+    )
+
+
+def test_resolvers_keep_their_colon_prefixes(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert resolve_env("pettingzoo:butterfly/knights_archers_zombies_v11").multi_agent
+    # A resolver claims its names before any module is imported ("fakefamily" does not exist).
+    claimed = registry.EnvSpec(name="fakefamily:Thing-v0", factory=scripted_factory)
+    monkeypatch.setattr(
+        registry, "_RESOLVERS", [lambda name: claimed if name.startswith("fakefamily:") else None]
+    )
+    assert resolve_env("fakefamily:Thing-v0") is claimed
+    with pytest.raises(UnknownEnvError, match="cannot import module 'otherfamily'"):
+        resolve_env("otherfamily:Thing-v0")
+
+
+@pytest.mark.timeout(120)
+def test_a_module_colon_id_env_trains_end_to_end(
+    tmp_path, unimported_third_party_env: None
+) -> None:
+    from sampleforge.components.runner import Runner
+    from sampleforge.config import make_config
+
+    cfg = make_config(env=THIRD_PARTY_NAME, train_dir=str(tmp_path), serial_mode=True,
+                      device="cpu", train_for_env_steps=2_000, num_workers=1,
+                      num_envs_per_worker=4, rollout=8, batch_size=64,
+                      stop_at_mean_return=float("inf"), report_every_sec=60)
+    with Runner(cfg) as runner:
+        summary = runner.train()
+    assert summary.env_steps >= 2_000
+    assert summary.mean_return_last_100 is not None and np.isfinite(summary.mean_return_last_100)
+    assert (tmp_path / f"{THIRD_PARTY_MODULE}_{THIRD_PARTY_ID}").is_dir()
 
 
 @pytest.mark.parametrize(
