@@ -43,6 +43,12 @@ def _page_faults_per_step(reuse: bool) -> float:
     tensors and frees them together."""
     import torch
 
+    from sampleforge.comms import heap
+
+    # glibc's default adapts its thresholds to what was freed before, so its cost depends on
+    # the process's history (200 to 3,000 faults a step were seen). Pin the cost of glibc's
+    # starting settings instead: every 4 MB tensor is a fresh mmap, faulted in page by page.
+    assert heap._glibc().mallopt(heap._M_MMAP_THRESHOLD, 128 << 10)
     if reuse:
         assert reuse_freed_tensor_memory()
 
@@ -66,6 +72,5 @@ def test_reused_tensor_memory_is_not_faulted_in_again_at_every_step() -> None:
     with multiprocessing.get_context("spawn").Pool(1, maxtasksperchild=1) as pool:
         reused = pool.apply(_page_faults_per_step, (True,))
     pages_touched = 3 * (4 << 20) // 4096
-    # glibc's default trims the freed 12 MB off the heap's top, so every step faults again.
-    assert default > pages_touched / 20
-    assert reused < default / 4
+    assert default > pages_touched * 0.9  # every step faults its 12 MB in again
+    assert reused < pages_touched / 10  # reused: a few pages of torch's own bookkeeping
