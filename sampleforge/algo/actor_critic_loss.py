@@ -12,12 +12,20 @@ only torch and the sibling ``algo`` modules.
 
 Shapes: ``log_probs, entropy, behaviour_log_probs, rewards, dones, valids: [T, B]``;
 ``values, behaviour_values: [T + 1, B]`` whose last row is the bootstrap value V(x_T).
+
+Return normalisation (``value_normalizer``): the critic predicts values in units of running
+statistics of the value targets. Advantages and targets are computed in reward units (the
+network's values de-normalised with the current statistics), the statistics then absorb the
+new targets, and the value loss compares the network's normalised output with the targets
+(and, for value clipping, the behaviour values) normalised with the updated statistics, so its
+magnitude does not depend on the reward's scale.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -42,6 +50,19 @@ def check_algorithm(algorithm: str) -> None:
         raise ValueError(
             f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
         )
+
+
+class ValueNormalizer(Protocol):
+    """Running statistics of value targets (``sampleforge.models.normalizer.RunningMeanStd``)."""
+
+    def update(self, x: Tensor) -> None:
+        """Merge a 1-D batch of targets into the statistics."""
+
+    def normalize(self, x: Tensor) -> Tensor:
+        """(x - mean) / std, possibly clipped."""
+
+    def denormalize(self, y: Tensor) -> Tensor:
+        """y * std + mean (no clipping)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +138,7 @@ def actor_critic_loss(
     rewards: Tensor,
     dones: Tensor,
     valids: Tensor | None = None,
+    value_normalizer: ValueNormalizer | None = None,
 ) -> LossOutput:
     """Actor-critic loss for ``settings.algorithm`` on one time-major rollout.
 
@@ -125,12 +147,16 @@ def actor_critic_loss(
         log_probs: [T, B] log pi(a_t|x_t) under the current network (with grad).
         entropy: [T, B] entropy of pi(.|x_t) under the current network (with grad).
         values: [T + 1, B] V(x_t) under the current network (with grad); last row is V(x_T).
+            With ``value_normalizer``: the value head's normalised output.
         behaviour_log_probs: [T, B] log mu(a_t|x_t) recorded by the acting policy.
         behaviour_values: [T + 1, B] values recorded by the acting policy (last row may be
-            the current network's bootstrap value).
+            the current network's bootstrap value), always in reward units.
         rewards: [T, B] r_t.
         dones: [T, B] 1.0 where the episode ended with the transition at step t.
         valids: optional [T, B] 0/1 mask of the samples to learn from.
+        value_normalizer: return normalisation (see the module docstring). Its statistics are
+            updated in place with the valid targets (only when all of them are finite: a
+            non-finite loss is skipped by the learner and must leave them as they were).
 
     Returns:
         LossOutput with scalar total / policy / value / entropy tensors and float metrics.
@@ -139,18 +165,79 @@ def actor_critic_loss(
     _check_shapes(
         log_probs, entropy, values, behaviour_log_probs, behaviour_values, rewards, dones, valids
     )
+    value_estimates = values
+    if value_normalizer is not None:
+        value_estimates = value_normalizer.denormalize(values.detach())
     raw_advantages, targets = _advantages_and_targets(
-        settings, log_probs, values, behaviour_log_probs, behaviour_values, rewards, dones, valids
+        settings, log_probs, value_estimates, behaviour_log_probs, behaviour_values, rewards,
+        dones, valids
     )
-    advantages = raw_advantages
-    if settings.normalize_advantages:
-        advantages = normalize_advantages(raw_advantages, valids)
+    return loss_from_advantages(
+        settings=settings, log_probs=log_probs, entropy=entropy, values=values[:-1],
+        behaviour_log_probs=behaviour_log_probs, behaviour_values=behaviour_values[:-1],
+        advantages=raw_advantages, targets=targets, valids=valids,
+        value_normalizer=value_normalizer)
 
-    policy = _policy_loss(settings, log_probs, behaviour_log_probs, advantages, valids)
+
+def advantages_and_targets(
+    *,
+    settings: LossSettings,
+    behaviour_values: Tensor,
+    rewards: Tensor,
+    dones: Tensor,
+    valids: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """GAE advantages [T, B] and value targets [T, B] of "appo" without V-trace, computed once
+    for a whole dataset: they depend only on what the acting policy recorded, so minibatches
+    of single samples (`loss_from_advantages`) can then be drawn from anywhere in it.
+
+    behaviour_values: [T + 1, B] in reward units, the last row being the bootstrap value.
+    """
+    if settings.uses_vtrace or settings.algorithm != "appo":
+        raise ValueError(f"advantages depend on the current network for {settings.algorithm} "
+                         f"with V-trace={settings.uses_vtrace}: compute them per minibatch")
+    return _gae(settings, behaviour_values, rewards, dones, valids)
+
+
+def loss_from_advantages(
+    *,
+    settings: LossSettings,
+    log_probs: Tensor,
+    entropy: Tensor,
+    values: Tensor,
+    behaviour_log_probs: Tensor,
+    behaviour_values: Tensor,
+    advantages: Tensor,
+    targets: Tensor,
+    valids: Tensor | None = None,
+    value_normalizer: ValueNormalizer | None = None,
+) -> LossOutput:
+    """Policy, value and entropy terms given advantages and value targets.
+
+    Every tensor is [T, B] (or any matching shape, e.g. [1, N] for N single samples):
+    ``values`` the current network's (normalised under ``value_normalizer``, with grad),
+    ``behaviour_values`` in reward units, ``advantages`` before normalisation.
+    """
+    value_estimates = values
+    if value_normalizer is not None:
+        value_estimates = value_normalizer.denormalize(values.detach())
+    normalized = normalize_advantages(advantages, valids) if settings.normalize_advantages \
+        else advantages
+
+    policy = _policy_loss(settings, log_probs, behaviour_log_probs, normalized, valids)
+    critic_targets, critic_old_values = targets, behaviour_values
+    if value_normalizer is not None:
+        valid_targets = targets if valids is None else targets[valids > 0]
+        if torch.isfinite(valid_targets).all():
+            value_normalizer.update(valid_targets)
+        # Network output, targets and old values all in the same (updated) normalised units,
+        # so value_clip bounds the change of the normalised prediction.
+        critic_targets = value_normalizer.normalize(targets)
+        critic_old_values = value_normalizer.normalize(behaviour_values.detach())
     critic = value_loss(
-        values=values[:-1],
-        targets=targets,
-        old_values=behaviour_values[:-1],
+        values=values,
+        targets=critic_targets,
+        old_values=critic_old_values,
         clip_value=settings.value_clip,
         valids=valids,
     )
@@ -158,7 +245,7 @@ def actor_critic_loss(
     total = policy + settings.value_loss_coeff * critic - settings.entropy_coeff * mean_entropy
 
     metrics = _metrics(
-        settings, log_probs, behaviour_log_probs, raw_advantages, values[:-1], targets, valids
+        settings, log_probs, behaviour_log_probs, advantages, value_estimates, targets, valids
     )
     return LossOutput(
         total=total, policy_loss=policy, value_loss=critic, entropy=mean_entropy, metrics=metrics
@@ -229,11 +316,17 @@ def _advantages_and_targets(
         )
         return vtrace.pg_advantages, vtrace.vs
     critic_values = behaviour_values if settings.algorithm == "appo" else values
-    critic_values = critic_values.detach()
+    return _gae(settings, critic_values, rewards, dones, valids)
+
+
+def _gae(settings: LossSettings, values: Tensor, rewards: Tensor, dones: Tensor,
+         valids: Tensor | None) -> tuple[Tensor, Tensor]:
+    """GAE advantages and targets on `values` [T + 1, B] (last row: bootstrap), no grad."""
+    values = values.detach()
     return gae_advantages(
         rewards=rewards,
-        values=critic_values[:-1],
-        bootstrap_value=critic_values[-1],
+        values=values[:-1],
+        bootstrap_value=values[-1],
         dones=dones,
         gamma=settings.gamma,
         lambda_=settings.gae_lambda,

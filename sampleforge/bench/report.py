@@ -27,6 +27,7 @@ class BenchReport:
     compute_limit_fps: float
     train_fps: float
     mean_policy_lag: float
+    sgd_steps_per_1000_samples: float  # the learning work per sample behind train_fps
     inference_batch_size: float
     costs_us: dict[str, float]
     memory_mb: float
@@ -55,8 +56,9 @@ class BenchReport:
             f"  compute limit      {self.compute_limit_fps:>12,.0f} frames/s   (per sample: env "
             f"{c['env_step']:.1f} us + inference {c['inference']:.1f} us at batch "
             f"{self.inference_batch_size:.0f} + learner {c['learner']:.1f} us)",
-            f"  training           {self.train_fps:>12,.0f} frames/s   mean policy lag "
-            f"{self.mean_policy_lag:.1f}",
+            f"  training           {self.train_fps:>12,.0f} frames/s   "
+            f"{self.sgd_steps_per_1000_samples:.2f} SGD steps per 1,000 samples   mean policy "
+            f"lag {self.mean_policy_lag:.1f}",
             f"  training / pure simulation {self.train_over_pure_sim:6.1%}   training / compute "
             f"limit {self.train_over_compute_limit:6.1%}   ({self.bottleneck})",
             f"  memory {self.memory_mb:,.0f} MB ({self.memory_mb / max(self.num_envs, 1):.2f} "

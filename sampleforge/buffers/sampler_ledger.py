@@ -12,6 +12,12 @@
   instead of writing into slots that may already belong to someone else.
 - `heartbeats[worker]`: wall time (time.time()) of the worker's last sign of progress; a worker
   whose envs hang stops updating it.
+- `sampling_slots[policy]`: written by that policy's learner, read by rollout workers before they
+  start a rollout: how many slots may be on their way to that learner (being filled, or
+  finished and not yet copied). A worker starts a rollout only while some trained policy has
+  fewer slots on their way than that. Each worker sees its own `take` at once, so one worker
+  never overshoots; several workers deciding at the same instant overshoot by at most one slot
+  each. This back-pressure is what bounds policy lag when the learner is the slow part.
 
 Plain tensors in shared memory, each entry with a single writer at any time, so no locks (a
 named semaphore would also outlive a killed run in /dev/shm).
@@ -32,6 +38,9 @@ class SamplerLedger:
         self.slot_readers = torch.zeros(num_slots, num_policies, dtype=torch.int8).share_memory_()
         self.generations = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.heartbeats = torch.zeros(num_workers, dtype=torch.float64).share_memory_()
+        # Until the learners first say otherwise, every slot may be filled.
+        self.sampling_slots = torch.full((num_policies,), num_slots,
+                                         dtype=torch.int32).share_memory_()
         self._views: dict[str, object] | None = None
 
     def _np(self, name: str):
@@ -41,7 +50,8 @@ class SamplerLedger:
         microsecond."""
         if self._views is None:
             self._views = {key: getattr(self, key).numpy()
-                           for key in ("slot_owners", "slot_readers", "heartbeats")}
+                           for key in ("slot_owners", "slot_readers", "heartbeats",
+                                       "sampling_slots")}
         return self._views[name]
 
     def beat(self, worker: int) -> None:
@@ -81,6 +91,29 @@ class SamplerLedger:
     def all_read(self, slot: int) -> bool:
         """Every learner has copied its rows of `slot`."""
         return not self._np("slot_readers")[slot].any()
+
+    @property
+    def num_slots(self) -> int:
+        return self.slot_owners.shape[0]
+
+    def slots_being_filled(self) -> int:
+        """Slots some rollout worker is filling now."""
+        return int((self._np("slot_owners") >= 0).sum())
+
+    def slots_in_flight(self, policy: int) -> int:
+        """Slots being filled by any worker, plus finished ones `policy`'s learner has not
+        copied yet: what is on its way to that learner."""
+        return self.slots_being_filled() + int(self._np("slot_readers")[:, policy].sum())
+
+    # --- back-pressure --------------------------------------------------------------------------
+    def set_sampling_slots(self, policy: int, slots: int) -> None:
+        """`policy`'s learner wants at most `slots` slots on their way to it."""
+        self._np("sampling_slots")[policy] = slots
+
+    def sampling_allowed(self) -> bool:
+        """Some trained policy's learner wants more slots on their way than it has."""
+        budget = self._np("sampling_slots")
+        return any(self.slots_in_flight(p) < budget[p] for p in range(len(budget)))
 
     # --- workers --------------------------------------------------------------------------------
     def retire(self, worker: int) -> int:

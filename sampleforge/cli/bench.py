@@ -67,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
         env=base.env, num_envs=base.num_workers * base.num_envs_per_worker, cores=args.cores,
         frameskip=frameskip, pure_sim_fps=pure,
         compute_limit_fps=costs.limit_fps(args.cores, frameskip), train_fps=train.fps,
-        mean_policy_lag=train.mean_policy_lag, inference_batch_size=train.mean_inference_batch,
+        mean_policy_lag=train.mean_policy_lag,
+        sgd_steps_per_1000_samples=base.sgd_steps_per_1000_samples,
+        inference_batch_size=train.mean_inference_batch,
         costs_us={"env_step": costs.env_step * 1e6, "inference": costs.inference * 1e6,
                   "learner": costs.learner * 1e6},
         memory_mb=train.memory_mb, bottleneck=bottleneck(train.perf), perf=train.perf)
@@ -106,7 +108,8 @@ def _sweep(args: argparse.Namespace, base) -> int:
                      "mean_policy_lag": round(m.mean_policy_lag, 2),
                      "memory_mb": round(m.memory_mb, 1),
                      "memory_mb_per_env": round(m.memory_mb / envs, 3)})
-        print(f"{envs:>6} envs: {m.fps:>10,.0f} frames/s  lag {m.mean_policy_lag:5.1f}  memory "
+        print(f"{envs:>6} envs: {m.fps:>10,.0f} frames/s  {cfg.sgd_steps_per_1000_samples:.2f} "
+              f"SGD steps/1k samples  lag {m.mean_policy_lag:5.1f}  memory "
               f"{m.memory_mb:8,.0f} MB ({m.memory_mb / envs:.2f} MB/env)", flush=True)
     csv_path = out / f"sweep_{base.env}.csv"
     with open(csv_path, "w", newline="") as f:
@@ -133,7 +136,8 @@ def _tune(args: argparse.Namespace, base) -> int:
                 m = training_fps(cfg, warmup_sec=args.warmup, measure_sec=args.duration)
                 results.append((m.fps, workers, per_worker, splits, m.mean_policy_lag))
                 print(f"  {workers} worker(s) x {per_worker:>3} envs, {splits} split(s): "
-                      f"{m.fps:>10,.0f} frames/s, lag {m.mean_policy_lag:.1f}", flush=True)
+                      f"{m.fps:>10,.0f} frames/s ({cfg.sgd_steps_per_1000_samples:.2f} SGD "
+                      f"steps/1k samples), lag {m.mean_policy_lag:.1f}", flush=True)
     fps, workers, per_worker, splits, lag = max(results)
     print(f"fastest: --num_workers {workers} --num_envs_per_worker {per_worker} "
           f"--worker_num_splits {splits} ({fps:,.0f} frames/s, policy lag {lag:.1f}); check "

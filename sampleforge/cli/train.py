@@ -9,11 +9,15 @@ import sys
 from sampleforge.cli.signals import early_exit_code
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import add_config_arguments, config_from_args
+from sampleforge.config.sources import describe_config
 
 HELP = "Train a policy (resumes an existing experiment)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--print_config", action="store_true",
+                        help="Print every resolved setting with where it came from (default, "
+                        "family, preset or flag) and exit without training.")
     add_config_arguments(parser)
 
 
@@ -24,6 +28,9 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         cfg = config_from_args(args)
+        if args.print_config:
+            print("\n".join(describe_config(cfg)))
+            return 0
         runner = Runner(cfg)
     except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
         print(f"sampleforge: {e}", file=sys.stderr)

@@ -14,7 +14,7 @@ Must not: compute anything about RL; it only moves data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -52,6 +52,28 @@ class Dataset:
         return Dataset(obs={k: v.index_select(1, index) for k, v in self.obs.items()},
                        **{name: getattr(self, name).index_select(1, index)
                           for name in _PLAIN_FIELDS})
+
+
+@dataclass
+class Samples:
+    """Single steps of a dataset with their GAE advantages and value targets, for minibatches
+    drawn across trajectories (`Learner.trains_on_samples`). Every tensor is [N, ...]."""
+
+    obs: dict[str, torch.Tensor]
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor  # behaviour values, reward units
+    advantages: torch.Tensor
+    targets: torch.Tensor
+    valids: torch.Tensor
+    policy_versions: torch.Tensor
+    policy_ids: torch.Tensor
+
+    def take(self, index: torch.Tensor) -> "Samples":
+        """The samples at `index` (a minibatch), copied."""
+        return Samples(obs={k: v.index_select(0, index) for k, v in self.obs.items()},
+                       **{f.name: getattr(self, f.name).index_select(0, index)
+                          for f in fields(self) if f.name != "obs"})
 
 
 _PLAIN_FIELDS = ("actions", "rnn_states", "rewards", "dones", "valids", "log_probs", "values",

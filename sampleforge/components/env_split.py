@@ -130,7 +130,7 @@ class EnvSplit:
         env_actions = actions_to_env(actions, self.action_space)
         observations: list[Any] = []
         out.valids[:] = 1.0
-        for i, env in enumerate(self.envs):
+        for i in range(len(self.envs)):
             try:
                 if self._reset_pending[i]:
                     obs, reward, done = self._reset_after_truncation(i, outcome), 0.0, True

@@ -1,6 +1,7 @@
 """The experiment folder: where a run's config, checkpoints, logs and summary live.
 
-`train_dir/<experiment>/` holds `config.json` (the full config of the latest start),
+`train_dir/<experiment>/` holds `config.json` (the full config of the latest start, and under
+"sources" where each setting came from: default, family, preset or flag),
 `checkpoints/p<policy>/`, `progress.csv`, TensorBoard event files and `summary.json`.
 Starting again with the same experiment resumes it. Settings that would make the checkpoint
 meaningless (env, model, rollout length) may not change on resume; everything else may, and
@@ -20,6 +21,7 @@ from typing import Any
 
 from sampleforge.components.model_factory import MODEL_SETTINGS
 from sampleforge.config import Config, ConfigError, config_to_dict
+from sampleforge.config.sources import SOURCES_KEY, config_sources
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,8 @@ def prepare_experiment(cfg: Config) -> tuple[ExperimentDir, bool]:
             log.warning("experiment %s: %s changed on resume: %r -> %r", exp.path, name, old, new)
         resume = exp.has_checkpoints()
     exp.path.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(exp.config_path, config_to_dict(cfg))
+    write_json_atomic(exp.config_path,
+                      {**config_to_dict(cfg), SOURCES_KEY: dict(config_sources(cfg))})
     return exp, resume
 
 

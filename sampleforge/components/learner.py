@@ -1,10 +1,12 @@
 """Learner: the algorithm half of a policy's training (the process shell is `learner_worker.py`).
 
 Given a time-major dataset of trajectories it runs `num_epochs` passes of minibatch SGD on the
-actor-critic loss (APPO, IMPALA or A3C, see `sampleforge.algo.actor_critic_loss`), calling
-`on_sgd_step` after every optimizer step so the new weights reach inference at once. It also
-measures policy lag (current version minus the version that acted) and drops samples older
-than `max_policy_lag`.
+actor-critic loss (APPO, IMPALA or A3C, see `sampleforge.algo.actor_critic_loss`). Minibatches
+are whole trajectories where advantages need the current network (V-trace, A3C) or a recurrent
+state; for a feed-forward APPO with GAE they are single samples shuffled across the dataset,
+as in the PPO recipe (`shuffle_samples`). After every optimizer step it calls `on_sgd_step`,
+so the new weights reach inference at once. It also measures policy lag (current version minus
+the version that acted) and drops samples older than `max_policy_lag`.
 
 Must not: touch queues, processes or files; everything resumable is in `state_dict()`.
 """
@@ -13,14 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from functools import partial
+from typing import Callable, Iterator
 
 import gymnasium as gym
 import torch
 from torch import nn
 
-from sampleforge.algo.actor_critic_loss import LossSettings, actor_critic_loss
-from sampleforge.components.batcher import Dataset
+from sampleforge.algo.actor_critic_loss import (
+    LossOutput,
+    LossSettings,
+    actor_critic_loss,
+    advantages_and_targets,
+    loss_from_advantages,
+)
+from sampleforge.components.batcher import Dataset, Samples
 from sampleforge.components.model_factory import make_actor_critic
 from sampleforge.config import Config
 
@@ -68,58 +77,151 @@ class Learner:
     # --- training -------------------------------------------------------------------------------
     def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
         """`num_epochs` passes of minibatch SGD over `data`; returns averaged statistics."""
-        if self.cfg.normalize_obs:
+        if self.model.normalized_keys:
             self.model.update_normalizer({k: v[:-1].flatten(0, 1) for k, v in data.obs.items()})
         self._set_learning_rate()
-        per_minibatch = self.cfg.batch_size // self.cfg.rollout
+        steps = self._sample_steps(data) if self.trains_on_samples else self._trajectory_steps(data)
         totals: dict[str, float] = {}
-        steps = 0
+        count = 0
         lag_min, lag_max = math.inf, -math.inf
-        for _ in range(self.cfg.num_epochs):
-            order = torch.randperm(data.num_trajectories, device=self.device)
-            for start in range(0, data.num_trajectories - per_minibatch + 1, per_minibatch):
-                batch = data.select(order[start:start + per_minibatch])
-                # Lag as the paper defines it: SGD steps between acting and this update.
-                lags = (self.policy_version - batch.policy_versions[:-1]).float()
-                valids = batch.valids[:-1] * (lags <= self.cfg.max_policy_lag).float()
-                stats = self._sgd_step(batch, valids)
-                ours = batch.policy_ids[:-1] == self.policy_id
-                stats.update(_lag_stats(lags[ours] if ours.any() else lags,
-                                        self.cfg.max_policy_lag))
-                lag_min = min(lag_min, stats["policy_lag/min"])
-                lag_max = max(lag_max, stats["policy_lag/max"])
-                on_sgd_step()
-                for k, v in stats.items():
-                    totals[k] = totals.get(k, 0.0) + v
-                steps += 1
+        for stats in steps:
+            lag_min = min(lag_min, stats["policy_lag/min"])
+            lag_max = max(lag_max, stats["policy_lag/max"])
+            on_sgd_step()
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + v
+            count += 1
         own_steps = int((data.policy_ids[:-1] == self.policy_id).sum())
         self.env_steps += own_steps * self.frameskip
-        out = {k: v / max(steps, 1) for k, v in totals.items()}
+        out = {k: v / max(count, 1) for k, v in totals.items()}
         out.update({"policy_lag/min": lag_min, "policy_lag/max": lag_max,
                     "learner/lr": self.optimizer.param_groups[0]["lr"],
                     "health/skipped_updates": float(self.skipped_updates)})
         return out
 
-    def _sgd_step(self, batch: Dataset, valids: torch.Tensor) -> dict[str, float]:
-        rewards = batch.rewards[:-1] * self.cfg.reward_scale
+    @property
+    def trains_on_samples(self) -> bool:
+        """Minibatches of single samples drawn from the whole dataset (`shuffle_samples`),
+        possible where advantages depend only on what the acting policy recorded (APPO with
+        GAE) and no recurrent state ties samples to their trajectory."""
+        return (self.cfg.shuffle_samples and self.cfg.rnn == "none"
+                and self.cfg.algorithm == "appo" and not self.settings.uses_vtrace)
+
+    def _trajectory_steps(self, data: Dataset) -> Iterator[dict[str, float]]:
+        """One SGD step per minibatch of whole trajectories; advantages per minibatch."""
+        per_minibatch = self.cfg.batch_size // self.cfg.rollout
+        for _ in range(self.cfg.num_epochs):
+            order = torch.randperm(data.num_trajectories, device=self.device)
+            for start in range(0, data.num_trajectories - per_minibatch + 1, per_minibatch):
+                batch = data.select(order[start:start + per_minibatch])
+                valids, lag_stats = self._lag_mask(batch.policy_versions[:-1],
+                                                   batch.valids[:-1], batch.policy_ids[:-1])
+                stats = self._sgd_step(partial(self._trajectory_loss, batch, valids))
+                stats.update(lag_stats)
+                yield stats
+
+    def _sample_steps(self, data: Dataset) -> Iterator[dict[str, float]]:
+        """One SGD step per minibatch of `batch_size` single samples, shuffled across the whole
+        dataset each epoch; GAE advantages and targets computed once, before the first."""
+        samples = self._prepare_samples(data)
+        count = samples.advantages.shape[0]
+        for _ in range(self.cfg.num_epochs):
+            order = torch.randperm(count, device=self.device)
+            for start in range(0, count - self.cfg.batch_size + 1, self.cfg.batch_size):
+                batch = samples.take(order[start:start + self.cfg.batch_size])
+                valids, lag_stats = self._lag_mask(batch.policy_versions, batch.valids,
+                                                   batch.policy_ids)
+                stats = self._sgd_step(partial(self._sample_loss, batch, valids))
+                stats.update(lag_stats)
+                yield stats
+
+    def _lag_mask(self, versions: torch.Tensor, valids: torch.Tensor,
+                  policy_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """`valids` without samples older than max_policy_lag, and the lag statistics (of this
+        policy's own samples, when it has any)."""
+        # Lag as the paper defines it: SGD steps between acting and this update.
+        lags = (self.policy_version - versions).float()
+        ours = policy_ids == self.policy_id
+        stats = _lag_stats(lags[ours] if ours.any() else lags, self.cfg.max_policy_lag)
+        return valids * (lags <= self.cfg.max_policy_lag).float(), stats
+
+    def _rewards_and_dones(self, data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+        rewards = data.rewards[:-1] * self.cfg.reward_scale
         if self.cfg.reward_clip is not None:
             rewards = rewards.clamp(-self.cfg.reward_clip, self.cfg.reward_clip)
-        dones = batch.dones[:-1]
+        return rewards, data.dones[:-1]
+
+    def _trajectory_loss(self, batch: Dataset, valids: torch.Tensor) -> LossOutput:
+        rewards, dones = self._rewards_and_dones(batch)
         # Row T's action was never taken; any valid action keeps the log-prob finite.
         actions = batch.actions.clone()
         actions[-1] = actions[-2]
         episode_starts = torch.zeros_like(batch.dones)
         episode_starts[1:] = batch.dones[:-1]
         out = self.model.evaluate(batch.obs, batch.rnn_states[0], episode_starts, actions)
+        # Behaviour values are in reward units (ActorCritic.act de-normalises them); so is the
+        # bootstrap row taken from the current network.
         behaviour_values = torch.cat([batch.values[:-1], out.values[-1:].detach()])
-        loss = actor_critic_loss(
+        return actor_critic_loss(
             settings=self.settings, log_probs=out.log_probs[:-1], entropy=out.entropy[:-1],
-            values=out.values, behaviour_log_probs=batch.log_probs[:-1],
-            behaviour_values=behaviour_values, rewards=rewards, dones=dones, valids=valids)
+            values=out.normalized_values, behaviour_log_probs=batch.log_probs[:-1],
+            behaviour_values=behaviour_values, rewards=rewards, dones=dones, valids=valids,
+            value_normalizer=self.model.returns_normalizer)
+
+    def _prepare_samples(self, data: Dataset) -> "Samples":
+        """GAE over every trajectory of `data` on the behaviour values (bootstrapped with the
+        current network's value of the last observation), then every step as one sample."""
+        rewards, dones = self._rewards_and_dones(data)
+        with torch.no_grad():
+            last = {k: v[-1:] for k, v in data.obs.items()}
+            bootstrap = self.model.evaluate(last, data.rnn_states[-1],
+                                            torch.zeros_like(data.dones[-1:]),
+                                            data.actions[-2:-1]).values
+        behaviour_values = torch.cat([data.values[:-1], bootstrap])
+        advantages, targets = advantages_and_targets(
+            settings=self.settings, behaviour_values=behaviour_values, rewards=rewards,
+            dones=dones, valids=data.valids[:-1])
+
+        def steps(x: torch.Tensor) -> torch.Tensor:  # [T + 1, N, ...] -> [T * N, ...]
+            return x[:-1].flatten(0, 1)
+
+        return Samples(obs={k: steps(v) for k, v in data.obs.items()},
+                       actions=steps(data.actions), log_probs=steps(data.log_probs),
+                       values=steps(data.values), advantages=advantages.flatten(0, 1),
+                       targets=targets.flatten(0, 1), valids=steps(data.valids),
+                       policy_versions=steps(data.policy_versions),
+                       policy_ids=steps(data.policy_ids))
+
+    def _sample_loss(self, batch: "Samples", valids: torch.Tensor) -> LossOutput:
+        count = valids.shape[0]
+        # Each sample is a one-step "trajectory": [1, count].
+        out = self.model.evaluate({k: v.unsqueeze(0) for k, v in batch.obs.items()},
+                                  torch.zeros(count, 0, device=valids.device),
+                                  torch.zeros(1, count, device=valids.device),
+                                  batch.actions.unsqueeze(0))
+        return loss_from_advantages(
+            settings=self.settings, log_probs=out.log_probs, entropy=out.entropy,
+            values=out.normalized_values, behaviour_log_probs=batch.log_probs.unsqueeze(0),
+            behaviour_values=batch.values.unsqueeze(0),
+            advantages=batch.advantages.unsqueeze(0), targets=batch.targets.unsqueeze(0),
+            valids=valids.unsqueeze(0), value_normalizer=self.model.returns_normalizer)
+
+    def _sgd_step(self, compute_loss: Callable[[], LossOutput]) -> dict[str, float]:
+        # normalize_returns: the loss de-normalises the network's values with the current
+        # statistics, merges this minibatch's targets into them and regresses the normalised
+        # head output on normalised targets. The update is per minibatch (as SF2): the V-trace
+        # targets depend on the current network and exist only here, and it keeps the
+        # statistics in step with exactly the targets the value loss uses.
+        returns_rms = self.model.returns_normalizer
+        saved_rms = None if returns_rms is None else {
+            k: v.clone() for k, v in returns_rms.state_dict().items()}
+        loss = compute_loss()
         self.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         grad_norm = self._clip_gradients()
         if not (math.isfinite(loss.total.item()) and math.isfinite(grad_norm)):
+            if saved_rms is not None:  # a skipped update leaves the statistics as they were
+                returns_rms.load_state_dict(saved_rms)
             self._skip_update()
             return {"health/non_finite_updates": 1.0}
         self.consecutive_skips = 0
@@ -129,6 +231,9 @@ class Learner:
                  "losses/value": loss.value_loss.item(), "losses/entropy": loss.entropy.item(),
                  "learner/grad_norm": grad_norm}
         stats.update({f"learner/{k}": float(v) for k, v in loss.metrics.items()})
+        if returns_rms is not None:
+            stats["learner/returns_mean"] = float(returns_rms.mean)
+            stats["learner/returns_std"] = float(returns_rms.var.sqrt())
         return stats
 
     def _skip_update(self) -> None:

@@ -2,8 +2,14 @@
 
 It receives finished trajectories, lets the batcher stage them, trains when a dataset is ready,
 publishes the weights after every SGD step (`SharedPolicyWeights`), reports statistics, and
-writes checkpoints when the runner asks. It owns the policy's training state: on start it
-resumes from the newest valid checkpoint if asked to.
+writes checkpoints when the runner asks.
+
+Back-pressure (`SamplingGate`): after every SGD step, and whenever it is idle, the learner
+tells rollout workers how many trajectory slots may be on their way to it, so a slow learner
+gets fresh data instead of a growing backlog and no sample is dropped for being stale.
+
+It owns the policy's training state: on start it resumes from the newest valid checkpoint if
+asked to.
 
 Must not: decide when training ends or when to checkpoint (the runner does).
 """
@@ -39,6 +45,7 @@ from sampleforge.comms.messages import (
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.batcher import Batcher
 from sampleforge.components.learner import Learner
+from sampleforge.components.sampling_gate import SamplingGate
 from sampleforge.config import Config
 
 
@@ -75,6 +82,14 @@ class LearnerWorker:
                                               self.learner.policy_version, resumed_from)])
         self.batcher = Batcher(buffer, free_slots, ledger, cfg.dataset_size // cfg.rollout,
                                device, policy_id=policy_id)
+        lead = cfg.sampling_lead_sgd_steps
+        if lead is None and cfg.serial_mode:
+            # Serial components take turns, so there is no overlap to measure, and a lead
+            # measured on the clock would make a seeded run differ from itself.
+            lead = 0
+        self.gate = SamplingGate(
+            ledger, policy_id, self.batcher.dataset_trajectories, buffer.layout.rows_per_slot,
+            cfg.num_epochs * cfg.num_batches_per_epoch, lead)
         self._train_seconds = 0.0
         self._arrived: deque[TrajectoryReady] = deque()
 
@@ -96,6 +111,7 @@ class LearnerWorker:
         while self._arrived and not self.batcher.ready():
             self.batcher.add(self._arrived.popleft())
         self.batcher.return_slots()
+        self._gate_sampling()
         if self.batcher.ready():
             self._train()
 
@@ -135,10 +151,15 @@ class LearnerWorker:
 
     def _train(self) -> None:
         t0 = time.perf_counter()
-        stats = self.learner.train(self.batcher.take(), self._publish)
+        self.gate.training_started(self.batcher.filled)
+        self._gate_sampling()
+        stats = self.learner.train(self.batcher.take(), self._on_sgd_step)
         self.batcher.consume()
+        self.gate.training_done()
+        self._gate_sampling()
         self._train_seconds += time.perf_counter() - t0
         stats["perf/learner_train_sec"] = self._train_seconds
+        stats["learner/sampling_lead_sgd_steps"] = float(self.gate.lead)
         send_many(self.report_queue, [TrainingReport(
             self.policy_id, self.learner.env_steps, self.learner.policy_version, stats,
             stats.pop("policy_lag/min"), stats.pop("policy_lag/mean"),
@@ -153,6 +174,14 @@ class LearnerWorker:
 
     def _publish(self) -> None:
         self.weights.publish(self.learner.model, self.learner.policy_version)
+
+    def _on_sgd_step(self) -> None:
+        self._publish()
+        self.gate.sgd_step_done()
+        self._gate_sampling()
+
+    def _gate_sampling(self) -> None:
+        self.gate.update(self.batcher.filled)
 
     def _save(self, msg: SaveCheckpoint) -> None:
         self.learner.assert_finite()

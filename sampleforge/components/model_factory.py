@@ -13,7 +13,8 @@ from sampleforge.models.actor_critic import ActorCritic
 
 # Settings that change the network's parameter layout: a checkpoint is only valid for these.
 MODEL_SETTINGS = ("encoder", "mlp_hidden_sizes", "activation", "rnn", "rnn_size",
-                  "shared_weights", "normalize_obs")
+                  "shared_weights", "normalize_obs", "normalize_returns",
+                  "normalize_pixels")
 
 
 def make_actor_critic(cfg: Config, observation_space: gym.Space,
@@ -22,7 +23,9 @@ def make_actor_critic(cfg: Config, observation_space: gym.Space,
     return ActorCritic(observation_space, action_space, encoder=cfg.encoder,
                        mlp_hidden_sizes=tuple(cfg.mlp_hidden_sizes), activation=cfg.activation,
                        rnn_type=cfg.rnn, rnn_size=cfg.rnn_size,
-                       shared_weights=cfg.shared_weights, normalize_obs=cfg.normalize_obs)
+                       shared_weights=cfg.shared_weights, normalize_obs=cfg.normalize_obs,
+                       normalize_returns=cfg.normalize_returns,
+                       normalize_pixels=cfg.normalize_pixels)
 
 
 def check_model_fits_env(cfg: Config, env) -> None:

@@ -285,12 +285,15 @@ class RolloutWorker:
             send_many(self.learner_queues[p], [message])
 
     def _acquire_slot(self, split: _Split) -> bool:
-        """Take a free slot if there is one now (never waits: a process killed while waiting
-        on a shared queue could leave it unusable for everyone)."""
+        """Take a free slot if the learners want more data and one is free now (never waits:
+        a process killed while waiting on a shared queue could leave it unusable for
+        everyone). A split without a slot stays parked; `poll` retries."""
+        split.slot = -1
+        if not self.ledger.sampling_allowed():
+            return False  # back-pressure: the learners have enough on its way (policy lag)
         try:
             split.slot = self.free_slots.get(block=False)
         except Empty:
-            split.slot = -1
             return False
         self.ledger.take(split.slot, self.worker_index)
         if split.carried is not None:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Literal, Optional
 DeviceName = Literal["auto", "cpu", "cuda"]
 AlgorithmName = Literal["appo", "impala", "a3c"]
 RnnType = Literal["none", "gru", "lstm"]
-EncoderName = Literal["auto", "mlp", "conv_simple"]
+EncoderName = Literal["auto", "mlp", "conv_simple", "conv_nature"]
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
 RestartBehavior = Literal["resume", "overwrite"]
@@ -55,8 +55,9 @@ class Config:
     """Every setting of a training run. Field names are the CLI flags (`--num_workers 4`)."""
 
     # --- experiment -----------------------------------------------------------------------------
-    env: str = option("CartPole-v1", "Environment: a Gymnasium id or a registered sampleforge "
-                      "name (e.g. atari_breakout).", "experiment")
+    env: str = option("CartPole-v1", "Environment: a Gymnasium id, a registered sampleforge "
+                      "name (e.g. atari_breakout), or module:EnvId (imports module, which "
+                      "registers EnvId with Gymnasium).", "experiment")
     experiment: Optional[str] = option(None, "Experiment name: the folder under train_dir. "
                                        "Default: the env name.", "experiment")
     train_dir: str = option("train_dir", "Root folder of all experiments.", "experiment")
@@ -98,6 +99,13 @@ class Config:
                           "learner.", "sampling")
     max_policy_lag: int = option(100, "Samples older than this many SGD steps are dropped from "
                                  "training.", "sampling")
+    sampling_lead_sgd_steps: Optional[int] = option(
+        None, "Back-pressure on sampling: rollout workers start trajectories for the learner's "
+        "next datasets only once it has at most this many SGD steps to go before it needs "
+        "them, and only as many as those datasets lack. Mean policy lag is then about (SGD "
+        "steps per dataset + this) / 2 when the learner is the slow part. None: the learner "
+        "measures it, so it neither waits for data nor lets data wait, up to a mean lag of "
+        "about 10; 0 samples only while the learner waits.", "sampling")
 
     # --- policies, self-play and population-based training ----------------------------------------
     num_policies: int = option(1, "Policies trained at once (each with its own learner and "
@@ -141,6 +149,11 @@ class Config:
     num_batches_per_epoch: int = option(4, "Minibatches per dataset; the dataset is batch_size x "
                                         "num_batches_per_epoch samples.", "learner")
     num_epochs: int = option(1, "Passes of SGD over each dataset.", "learner")
+    shuffle_samples: bool = option(
+        True, "Feed-forward APPO with GAE (with_vtrace false): minibatches of single samples "
+        "shuffled across the dataset, advantages computed once per dataset (the PPO recipe). "
+        "False, V-trace, A3C and recurrent models: minibatches of whole trajectories.",
+        "learner")
     learning_rate: float = option(2e-3, "Adam learning rate (paper: 1e-4 for VizDoom).",
                                   "learner")
     lr_schedule: LrSchedule = option("constant", "Learning-rate schedule: constant, or linear "
@@ -170,10 +183,20 @@ class Config:
                                           "None disables.", "learner")
     normalize_obs: bool = option(False, "Running normalisation of vector observations (saved "
                                  "with the model).", "learner")
+    normalize_pixels: bool = option(False, "Running per-pixel mean/std normalisation of uint8 "
+                                    "image observations (saved with the model), as Sample "
+                                    "Factory's normalize_input: static backgrounds become 0.",
+                                    "learner")
+    normalize_returns: bool = option(False, "Running normalisation of value targets: the critic "
+                                     "predicts returns in units of their running mean/std "
+                                     "(saved with the model), so the value loss does not depend "
+                                     "on the reward's scale.", "learner")
 
     # --- model ----------------------------------------------------------------------------------
     encoder: EncoderName = option("auto", "Observation encoder: mlp, conv_simple (the paper's "
-                                  "3 conv + fc), or auto by observation shape.", "model")
+                                  "3 conv + fc), conv_nature (the DQN Nature network of "
+                                  "CleanRL's and Sample Factory's Atari PPO), or auto by "
+                                  "observation shape (conv_simple for images).", "model")
     mlp_hidden_sizes: tuple[int, ...] = option((64, 64), "Hidden layer sizes of the MLP "
                                                "encoder, comma separated.", "model")
     activation: ActivationName = option("tanh", "Activation of hidden layers.", "model")
@@ -230,6 +253,12 @@ class Config:
     def dataset_size(self) -> int:
         """Samples the learner collects before a round of `num_epochs` SGD passes."""
         return self.batch_size * self.num_batches_per_epoch
+
+    @property
+    def sgd_steps_per_1000_samples(self) -> float:
+        """The learning work per sample (a sample is one agent step, frameskip aside): what a
+        throughput figure must be quoted with to compare with another system."""
+        return 1000.0 * self.num_epochs * self.num_batches_per_epoch / self.dataset_size
 
 
 def config_fields() -> list[dataclasses.Field]:

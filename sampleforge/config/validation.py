@@ -14,8 +14,8 @@ import types
 import typing
 from typing import Any, Iterable, Mapping
 
-from sampleforge.config.presets import PRESET_NAMES, preset_settings
 from sampleforge.config.schema import Config, config_fields
+from sampleforge.config.sources import SOURCES_KEY, attach_sources, layered_settings
 
 
 class ConfigError(ValueError):
@@ -144,12 +144,14 @@ def _to_int_tuple(name: str, value: Any) -> tuple[int, ...]:
 
 
 def make_config(base: Config | None = None, **overrides: Any) -> Config:
-    """A validated `Config`: `base` (default: all defaults) with `overrides` applied.
+    """A validated `Config`: `base` (default: all defaults) with `overrides` applied, over the
+    env family's settings and the preset's (`config/sources.py`); the result records where
+    each setting came from (`config_sources`).
 
     Raises ConfigError listing every unknown name, bad type and violated rule at once.
     """
+    overrides, sources = layered_settings(base, overrides)
     base = base or Config()
-    overrides = _with_preset(overrides)
     types_by_name = _field_types()
     autos = {f.name: f.metadata.get("auto") for f in config_fields()}
     problems: list[str] = []
@@ -169,21 +171,18 @@ def make_config(base: Config | None = None, **overrides: Any) -> Config:
         raise ConfigError(problems)
     cfg = dataclasses.replace(base, **values)
     validate_config(cfg)
-    return cfg
-
-
-def _with_preset(overrides: dict[str, Any]) -> dict[str, Any]:
-    """The preset's settings under the explicit ones (an unknown preset is left for the type
-    check to report)."""
-    name = overrides.get("preset")
-    if name not in PRESET_NAMES:
-        return overrides
-    return {**preset_settings(name), **overrides}
+    return attach_sources(cfg, sources)
 
 
 def config_from_dict(data: Mapping[str, Any]) -> Config:
-    """Rebuild a config saved with `config_to_dict` (unknown keys are refused)."""
-    return make_config(**dict(data))
+    """Rebuild a config saved with `config_to_dict` (unknown keys are refused), with the
+    sources saved next to it if there are any."""
+    data = dict(data)
+    saved_sources = data.pop(SOURCES_KEY, None)
+    cfg = make_config(**data)
+    if isinstance(saved_sources, dict):
+        attach_sources(cfg, saved_sources)
+    return cfg
 
 
 _POSITIVE_INTS = ("num_workers", "num_envs_per_worker", "worker_num_splits",
@@ -219,6 +218,9 @@ def range_problems(cfg: Config) -> list[str]:
     for name in _NON_NEGATIVE:
         if not getattr(cfg, name) >= 0:
             problems.append(f"{name}: {getattr(cfg, name)} must be >= 0")
+    if cfg.sampling_lead_sgd_steps is not None and cfg.sampling_lead_sgd_steps < 0:
+        problems.append(f"sampling_lead_sgd_steps: {cfg.sampling_lead_sgd_steps} must be >= 0 "
+                        "(or none: measured)")
     if cfg.eval_every_env_steps is not None and cfg.eval_every_env_steps < 1:
         problems.append(f"eval_every_env_steps: {cfg.eval_every_env_steps} must be >= 1 "
                         "(or none)")

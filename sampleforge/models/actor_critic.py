@@ -3,7 +3,7 @@
 Responsible for: assembling the model from gymnasium spaces and plain keyword arguments, the
 two entry points of the system (``act`` for the inference worker, one step per env;
 ``evaluate`` for the learner, whole trajectories with backprop-through-time), and optional
-observation normalisation whose statistics live in the model's buffers.
+observation and return normalisation whose statistics live in the model's buffers.
 
 Must not: compute losses, own optimisers, read config objects, move data to the host
 (no ``.numpy()``/``.cpu()`` in the forward paths) or assume a particular device.
@@ -30,6 +30,18 @@ from sampleforge.models.normalizer import RunningMeanStd
 
 VALUE_HEAD_GAIN = 1.0
 
+# Normalised value targets are clipped to +-this many standard deviations. Wider than the
+# observation normaliser's 5 (and Sample Factory 2's 5 for returns): return distributions are
+# skewed, and with a fraction p of rewarding returns those lie sqrt((1 - p) / p) std above the
+# mean (3 at p = 10%, 10 at p = 1%), so 5 would cut real signal. The clip is only a guard for
+# unrepresentative statistics (the first batches; a jump in returns the count-weighted
+# statistics have not caught up with), where an unbounded z-score would let the value loss
+# swamp the shared encoder's gradient.
+RETURNS_NORMALIZER_CLIP = 10.0
+
+# Rows of a dataset merged into the pixel statistics (normalize_pixels).
+PIXEL_STATISTICS_SAMPLES = 256
+
 ObsDict = Mapping[str, torch.Tensor]
 
 
@@ -38,7 +50,7 @@ class ActOutput(NamedTuple):
 
     actions: torch.Tensor  # [B, A], dtype per spaces.action_spec
     log_probs: torch.Tensor  # [B]
-    values: torch.Tensor  # [B]
+    values: torch.Tensor  # [B], in reward units (de-normalised under normalize_returns)
     new_rnn_states: torch.Tensor  # [B, S]
 
 
@@ -47,7 +59,9 @@ class EvaluateOutput(NamedTuple):
 
     log_probs: torch.Tensor  # [T, B]
     entropy: torch.Tensor  # [T, B]
-    values: torch.Tensor  # [T, B]
+    values: torch.Tensor  # [T, B], in reward units, as ``ActOutput.values``
+    normalized_values: torch.Tensor  # [T, B], the value head's own output (== values when
+    # normalize_returns is off); the learner's value loss regresses this one
 
 
 class ActorCritic(nn.Module):
@@ -55,8 +69,9 @@ class ActorCritic(nn.Module):
 
     Attributes: ``obs_specs`` (dict key -> TensorSpec), ``action_spec`` (TensorSpec of one
     action row), ``rnn_state_size`` (S; 0 without recurrence), ``normalized_keys`` (observation
-    keys that are normalised when ``normalize_obs`` is on: every non-uint8 key; uint8 images
-    never are).
+    keys that are normalised: every non-uint8 key with ``normalize_obs``, every uint8 image key,
+    pixel by pixel, with ``normalize_pixels``), ``returns_normalizer`` (running statistics of
+    the value targets when ``normalize_returns`` is on, else None).
     """
 
     def __init__(
@@ -71,12 +86,16 @@ class ActorCritic(nn.Module):
         rnn_size: int = 128,
         shared_weights: bool = True,
         normalize_obs: bool = False,
+        normalize_returns: bool = False,
+        normalize_pixels: bool = False,
     ) -> None:
         super().__init__()
         self.obs_specs = spaces.observation_specs(obs_space)
         self.action_spec = spaces.action_spec(action_space)
         self.shared_weights = bool(shared_weights)
         self.normalize_obs = bool(normalize_obs)
+        self.normalize_returns = bool(normalize_returns)
+        self.normalize_pixels = bool(normalize_pixels)
 
         def build_encoder() -> nn.Module:
             return make_encoder(self.obs_specs, encoder, mlp_hidden_sizes, activation)
@@ -102,18 +121,24 @@ class ActorCritic(nn.Module):
         # A ModuleList (not ModuleDict) so observation keys containing "." remain legal.
         self.normalized_keys: list[str] = []
         self.obs_normalizers = nn.ModuleList()
-        if self.normalize_obs:
-            for key, spec in self.obs_specs.items():
-                if spec.dtype != torch.uint8:
-                    self.normalized_keys.append(key)
-                    self.obs_normalizers.append(RunningMeanStd(spec.shape))
+        for key, spec in self.obs_specs.items():
+            is_pixels = spec.dtype == torch.uint8
+            if (self.normalize_pixels if is_pixels else self.normalize_obs):
+                self.normalized_keys.append(key)
+                self.obs_normalizers.append(RunningMeanStd(spec.shape))
+        # The value head predicts (V - mean) / std of these statistics; the learner updates them
+        # with its value targets. Buffers, so they are checkpointed and published with the weights.
+        self.returns_normalizer: RunningMeanStd | None = None
+        if self.normalize_returns:
+            self.returns_normalizer = RunningMeanStd((), clip=RETURNS_NORMALIZER_CLIP)
 
     # ------------------------------------------------------------------ normalisation
 
     def normalize_observations(self, obs: ObsDict) -> dict[str, torch.Tensor]:
         """Return a new obs dict with float keys normalised (others passed through).
 
-        obs: {key: [..., *spec.shape]} with any leading dims. Identity if normalize_obs is off.
+        obs: {key: [..., *spec.shape]} with any leading dims. Identity without normalize_obs and
+        normalize_pixels.
         """
         out = dict(obs)
         for key, rms in zip(self.normalized_keys, self.obs_normalizers):
@@ -122,9 +147,23 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def update_normalizer(self, obs: ObsDict) -> None:
-        """Merge training observations into the statistics. obs: {key: [..., *spec.shape]}."""
+        """Merge training observations into the statistics. obs: {key: [N, *spec.shape]}.
+
+        Pixel keys merge at most PIXEL_STATISTICS_SAMPLES evenly spaced rows: a whole Atari
+        dataset as floats is 115 MB, and running statistics need no more.
+        """
         for key, rms in zip(self.normalized_keys, self.obs_normalizers):
-            rms.update(obs[key])
+            x = obs[key]
+            if x.dtype == torch.uint8 and x.shape[0] > PIXEL_STATISTICS_SAMPLES:
+                x = x[:: -(-x.shape[0] // PIXEL_STATISTICS_SAMPLES)]
+            rms.update(x)
+
+    def denormalize_values(self, normalized: torch.Tensor) -> torch.Tensor:
+        """Value head output -> reward units (mean + std * x); identity without
+        normalize_returns. Any shape; keeps gradients."""
+        if self.returns_normalizer is None:
+            return normalized
+        return self.returns_normalizer.denormalize(normalized)
 
     # ------------------------------------------------------------------ helpers
 
@@ -142,6 +181,13 @@ class ActorCritic(nn.Module):
 
         obs: {key: [B, *shape]}; rnn_states: [B, S] (already zeroed by the caller for envs
         that just reset). Returns actions [B, A], log_probs [B], values [B], new states [B, S].
+
+        ``values`` are in reward units: with ``normalize_returns`` the head's normalised output
+        is de-normalised here with the statistics this copy of the model holds. This decides
+        what inference workers store as the behaviour values (``batch.values``): estimates in
+        reward units as the acting policy saw them, so they stay meaningful when the learner's
+        statistics move on (the learner re-normalises them with its current statistics for
+        value clipping), and every reader of ``act`` (evaluation, the API) gets returns.
         """
         obs = self.normalize_observations(obs)
         actor_state, critic_state = self._split_state(rnn_states)
@@ -159,7 +205,7 @@ class ActorCritic(nn.Module):
         return ActOutput(
             actions=actions,
             log_probs=dist.log_prob(actions),
-            values=self._value(critic_features),
+            values=self.denormalize_values(self._value(critic_features)),
             new_rnn_states=new_states,
         )
 
@@ -188,7 +234,9 @@ class ActorCritic(nn.Module):
 
         obs: {key: [T, B, *shape]}; rnn_states0: [B, S] state before step 0; episode_starts:
         [T, B] (the state is zeroed before step t where set); actions: [T, B, A].
-        Returns log_probs [T, B], entropy [T, B], values [T, B].
+        Returns log_probs [T, B], entropy [T, B], values [T, B] in reward units (as ``act``)
+        and normalized_values [T, B], the value head's raw output (the same tensor as values
+        without ``normalize_returns``).
         """
         time, batch = episode_starts.shape
         flat_obs = {k: v.reshape(time * batch, *v.shape[2:]) for k, v in obs.items()}
@@ -207,8 +255,10 @@ class ActorCritic(nn.Module):
 
         dist = self.action_head(actor_features)
         flat_actions = actions.reshape(time * batch, -1)
+        normalized_values = self._value(critic_features).reshape(time, batch)
         return EvaluateOutput(
             log_probs=dist.log_prob(flat_actions).reshape(time, batch),
             entropy=dist.entropy().reshape(time, batch),
-            values=self._value(critic_features).reshape(time, batch),
+            values=self.denormalize_values(normalized_values),
+            normalized_values=normalized_values,
         )

@@ -27,12 +27,15 @@ from torch import nn
 
 from sampleforge.spaces import TensorSpec
 
-ENCODER_NAMES = ("auto", "mlp", "conv_simple")
+ENCODER_NAMES = ("auto", "mlp", "conv_simple", "conv_nature")
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 _HIDDEN_GAIN = math.sqrt(2.0)
 
-# (out_channels, kernel, stride) of the simplified Sample Factory conv encoder.
-_CONV_SIMPLE_LAYERS = ((32, 8, 4), (64, 4, 2), (128, 3, 2))
+# (out_channels, kernel, stride) of each conv encoder: Sample Factory's "simplified" one (the
+# paper's), and the DQN Nature network (Mnih et al. 2015), which CleanRL's ppo_atari and Sample
+# Factory's Atari example use: its last layer keeps 7x7 of an 84x84 frame instead of 4x4.
+_CONV_LAYERS = {"conv_simple": ((32, 8, 4), (64, 4, 2), (128, 3, 2)),
+                "conv_nature": ((32, 8, 4), (64, 4, 2), (64, 3, 1))}
 _CONV_FC_SIZE = 512
 # Largest float input a conv pass takes at once. Every activation of a chunk then stays under
 # glibc's mmap threshold (32 MB at most), so freed activations are reused from the heap. A whole
@@ -105,12 +108,13 @@ def _conv_out(size: int, kernel: int, stride: int) -> int:
 
 
 class ConvEncoder(nn.Module):
-    """Sample Factory "simplified" conv encoder.
+    """Three conv layers -> flatten -> fc 512, an activation after every layer.
 
-    conv 8x8/4 (32) -> conv 4x4/2 (64) -> conv 3x3/2 (128) -> flatten -> fc 512, with an
-    activation after every layer. obs_shape is the 3-D observation shape (CHW or HWC, see
-    ``image_layout``). forward(x: uint8 [B, *obs_shape]) -> [B, out_size]. uint8 input is scaled
-    to [0, 1]; float input is used as is.
+    ``conv_simple`` (Sample Factory's "simplified"): 8x8/4 (32) -> 4x4/2 (64) -> 3x3/2 (128).
+    ``conv_nature`` (DQN Nature): 8x8/4 (32) -> 4x4/2 (64) -> 3x3/1 (64).
+    obs_shape is the 3-D observation shape (CHW or HWC, see ``image_layout``).
+    forward(x: uint8 [B, *obs_shape]) -> [B, out_size]. uint8 input is scaled to [0, 1]; float
+    input is used as is.
     """
 
     def __init__(
@@ -118,6 +122,7 @@ class ConvEncoder(nn.Module):
         obs_shape: Sequence[int],
         activation: str = "elu",
         fc_size: int = _CONV_FC_SIZE,
+        architecture: str = "conv_simple",
     ) -> None:
         super().__init__()
         self.obs_shape = tuple(int(d) for d in obs_shape)
@@ -127,7 +132,7 @@ class ConvEncoder(nn.Module):
         else:
             channels, height, width = self.obs_shape
         layers: list[nn.Module] = []
-        for out_ch, kernel, stride in _CONV_SIMPLE_LAYERS:
+        for out_ch, kernel, stride in _CONV_LAYERS[architecture]:
             conv = nn.Conv2d(channels, out_ch, kernel_size=kernel, stride=stride)
             _orthogonal_init(conv, _HIDDEN_GAIN)
             layers += [conv, make_activation(activation)]
@@ -135,7 +140,7 @@ class ConvEncoder(nn.Module):
             height, width = _conv_out(height, kernel, stride), _conv_out(width, kernel, stride)
         if height < 1 or width < 1:
             raise ValueError(
-                f"image {self.obs_shape} is too small for the conv_simple encoder "
+                f"image {self.obs_shape} is too small for the {architecture} encoder "
                 "(needs height and width >= 36)"
             )
         self.convs = nn.Sequential(*layers)
@@ -195,6 +200,7 @@ class MultiInputEncoder(nn.Module):
         activation: str = "elu",
         out_size: int | None = None,
         use_conv: bool = True,
+        conv: str = "conv_simple",
     ) -> None:
         super().__init__()
         keys = sorted(obs_specs)
@@ -202,7 +208,8 @@ class MultiInputEncoder(nn.Module):
         self.vector_keys = [k for k in keys if k not in self.image_keys]
         # A ModuleList aligned with image_keys (not a ModuleDict) so keys containing "." work.
         self.convs = nn.ModuleList(
-            [ConvEncoder(obs_specs[k].shape, activation) for k in self.image_keys]
+            [ConvEncoder(obs_specs[k].shape, activation, architecture=conv)
+             for k in self.image_keys]
         )
         concat_size = sum(conv.out_size for conv in self.convs)
         self.mlp: MlpEncoder | None = None
@@ -236,19 +243,22 @@ def make_encoder(
     Returns a module with ``out_size`` whose forward takes the observation dict
     ``{key: [B, ...]}`` and returns features [B, out_size].
     encoder: "auto" (conv for one 3-D uint8 image, MLP for one vector, multi-input for several
-    keys), "mlp" (everything flattened through an MLP), "conv_simple" (the conv encoder; the
-    observation must be 3-D; with several keys, conv for image keys and MLP for the rest).
+    keys; the conv is conv_simple), "mlp" (everything flattened through an MLP), "conv_simple"
+    or "conv_nature" (that conv encoder; the observation must be 3-D; with several keys, conv
+    for image keys and MLP for the rest).
     """
     if encoder not in ENCODER_NAMES:
         raise ValueError(f"unknown encoder {encoder!r}; allowed: {', '.join(ENCODER_NAMES)}")
     if not obs_specs:
         raise ValueError("make_encoder needs at least one observation key")
+    conv = encoder if encoder in _CONV_LAYERS else "conv_simple"
     if len(obs_specs) > 1:
-        return MultiInputEncoder(obs_specs, mlp_hidden_sizes, activation, use_conv=encoder != "mlp")
+        return MultiInputEncoder(obs_specs, mlp_hidden_sizes, activation,
+                                 use_conv=encoder != "mlp", conv=conv)
     ((key, spec),) = obs_specs.items()
-    use_conv = (encoder == "auto" and is_image_spec(spec)) or encoder == "conv_simple"
+    use_conv = (encoder == "auto" and is_image_spec(spec)) or encoder in _CONV_LAYERS
     if use_conv:
         if len(spec.shape) != 3:
-            raise ValueError(f"encoder 'conv_simple' needs 3-D observations, got {spec.shape}")
-        return SingleInputEncoder(key, ConvEncoder(spec.shape, activation))
+            raise ValueError(f"encoder {conv!r} needs 3-D observations, got {spec.shape}")
+        return SingleInputEncoder(key, ConvEncoder(spec.shape, activation, architecture=conv))
     return SingleInputEncoder(key, MlpEncoder(_flat_size(spec.shape), mlp_hidden_sizes, activation))

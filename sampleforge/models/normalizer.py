@@ -1,8 +1,9 @@
-"""Running mean / variance statistics for observation normalisation.
+"""Running mean / variance statistics for observation and return normalisation.
 
 Responsible for: keeping per-element running mean and variance of a stream of tensors as module
 buffers (so they are saved in ``state_dict`` and move with ``.to(device)``), merging new batches
-with the parallel-variance formula, and normalising + clipping inputs.
+with the parallel-variance formula, normalising + clipping inputs, and mapping normalised values
+back (``denormalize``, used for the critic's output under ``normalize_returns``).
 
 Must not: decide *which* observations get normalised or *when* statistics are updated (the
 actor-critic and the learner decide that), and must not hold any optimiser state.
@@ -58,6 +59,14 @@ class RunningMeanStd(nn.Module):
         x = x.to(self.mean.dtype)
         y = (x - self.mean) * torch.rsqrt(self.var + self.epsilon)
         return y.clamp(-self.clip, self.clip)
+
+    def denormalize(self, y: torch.Tensor) -> torch.Tensor:
+        """Inverse of ``normalize`` (without its clipping): y * std + mean. Keeps gradients.
+
+        y: [..., *shape] -> same shape, float32.
+        """
+        y = y.to(self.mean.dtype)
+        return y * torch.sqrt(self.var + self.epsilon) + self.mean
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Alias of ``normalize`` so the module can be used like any other layer."""

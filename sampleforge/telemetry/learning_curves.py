@@ -26,7 +26,7 @@ import numpy as np
 
 from sampleforge.telemetry.metrics_writer import CSV_NAME
 
-IGNORED_SETTINGS = ("seed", "experiment", "train_dir", "restart_behavior")
+IGNORED_SETTINGS = ("seed", "experiment", "train_dir", "restart_behavior", "sources")
 RETURN, EVAL_RETURN = "episode/return_mean", "eval/return_mean"
 PANELS = (  # (metric, x column, title)
     (RETURN, "env_steps", "mean return vs env steps"),

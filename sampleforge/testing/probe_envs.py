@@ -4,6 +4,7 @@
 | --- | --- |
 | `ConstantRewardProbe(ending="time_limit")` | time-limit truncation is bootstrapped: the observation never changes and every step pays `reward`, so the only consistent value is reward / (1 - gamma) at every step |
 | `ConstantRewardProbe(ending="terminal")` | a true termination is never bootstrapped: the value falls towards the end, and its average over the episode's steps is known in closed form (`constant_reward_values`) |
+| `register_scaled_cartpole(name, scale)` | learning does not depend on the reward's scale: CartPole-v1 paying `scale` per step (return normalisation) |
 
 The observation does not tell the time, so an agent that treats the time limit as a termination
 can only learn an average of the discounted sums left over the episode's steps.
@@ -26,7 +27,8 @@ from sampleforge.envs.registry import EnvContext, register_env
 
 Ending = Literal["time_limit", "terminal"]
 
-__all__ = ["ConstantRewardProbe", "constant_reward_values", "register_probe_env"]
+__all__ = ["ConstantRewardProbe", "constant_reward_values", "register_probe_env",
+           "register_scaled_cartpole"]
 
 
 class ConstantRewardProbe(gym.Env):
@@ -79,4 +81,16 @@ def register_probe_env(name: str, **kwargs: Any) -> str:
     """Register `ConstantRewardProbe(**kwargs)` under `name`; returns the name."""
     register_env(name, functools.partial(make_constant_reward_probe, **kwargs),
                  description=f"ConstantRewardProbe({kwargs})", overwrite=True)
+    return name
+
+
+def make_scaled_cartpole(context: EnvContext, scale: float) -> gym.Env:
+    """CartPole-v1 whose every reward is multiplied by `scale` (solved at 475 x scale)."""
+    return gym.wrappers.TransformReward(gym.make("CartPole-v1"), lambda r: r * scale)
+
+
+def register_scaled_cartpole(name: str, scale: float) -> str:
+    """Register CartPole-v1 with rewards multiplied by `scale` under `name`; returns the name."""
+    register_env(name, functools.partial(make_scaled_cartpole, scale=scale),
+                 description=f"CartPole-v1, rewards x {scale}", overwrite=True)
     return name

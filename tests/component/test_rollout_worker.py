@@ -146,6 +146,23 @@ def test_worker_waits_for_a_free_slot_instead_of_overwriting():
     finished = receive(queues["learner"], 0.0)
     assert len(finished) == 2  # one per split, then both park
     assert all(s.slot == -1 for s in worker.splits)
-    send_many(queues["free"], [finished[0].slot])  # the learner releases one
+    # the learner copies one (the ledger's count of slots on their way drops) and releases it
+    worker.ledger.reader_done(finished[0].slot, 0)
+    send_many(queues["free"], [finished[0].slot])
     worker.poll(0.05)
+    assert sum(s.slot >= 0 for s in worker.splits) == 1
+
+
+def test_worker_starts_no_rollout_while_the_learner_wants_no_more_slots():
+    worker, buffer, queues = _setup(rollout=2, num_slots=6)
+    worker.ledger.set_sampling_slots(0, 0)  # back-pressure: the learner is busy
+    rng = np.random.default_rng(3)
+    send_many(queues["inbox"], [Resume()])
+    for _ in range(5):
+        worker.poll(0.05)
+        assert not _answer_requests(buffer, queues, rng)
+    assert all(s.slot == -1 for s in worker.splits)
+    worker.ledger.set_sampling_slots(0, 1)  # it wants one more: exactly one split starts
+    for _ in range(3):
+        worker.poll(0.05)
     assert sum(s.slot >= 0 for s in worker.splits) == 1

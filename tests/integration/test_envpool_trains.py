@@ -44,7 +44,8 @@ def test_envpool_breakout_trains_a_few_thousand_steps(tmp_path):
         preset="atari",
         num_workers=1,
         num_envs_per_worker=8,
-        train_for_env_steps=4_000,
+        num_epochs=1,  # the preset's 4 epochs of 128-step rollouts: one dataset is 4,096 frames
+        train_for_env_steps=8_000,
         device="cpu",
         train_dir=str(tmp_path),
         seed=0,
@@ -54,5 +55,5 @@ def test_envpool_breakout_trains_a_few_thousand_steps(tmp_path):
         summary = runner.train()
         version = runner.progress.policy_version[0]
     assert summary.stopped_because == "train_for_env_steps", summary
-    assert summary.env_steps >= 4_000  # frames: agent steps x 4
+    assert summary.env_steps >= 8_000  # frames: agent steps x 4
     assert version > 0  # the learner trained on what the EnvPool splits wrote

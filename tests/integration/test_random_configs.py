@@ -23,7 +23,7 @@ VALID = {
     "rnn": st.sampled_from(["none", "gru", "lstm"]),
     "rnn_size": st.integers(1, 8),
     "shared_weights": st.booleans(),
-    "encoder": st.sampled_from(["auto", "mlp", "conv_simple"]),
+    "encoder": st.sampled_from(["auto", "mlp", "conv_simple", "conv_nature"]),
     "mlp_hidden_sizes": st.sampled_from(["8", "4,4", (16,)]),
     "activation": st.sampled_from(["elu", "relu", "tanh"]),
     "normalize_obs": st.booleans(),

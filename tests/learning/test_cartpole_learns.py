@@ -1,4 +1,8 @@
-"""CartPole-v1 reaches a mean return of 450 (last 100 episodes) within 300k env steps.
+"""CartPole-v1 reaches Gymnasium's solve line, a mean return of 475 over 100 episodes.
+
+The defaults (the vector family adds nothing to the schema's CartPole-tuned defaults, reward
+scale 0.1) within 500k env steps. Measured async on 2 cores (benchmark of 2026-11-25, seeds
+1-3): solved at 264k, 215k and 221k steps in 9-11 s, mean policy lag 5.6-5.9.
 
 The full system runs: rollout workers, an inference worker and a learner in their own
 processes (async), or all of them in this process (serial mode). Each run takes seconds.
@@ -9,21 +13,22 @@ import pytest
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 
-BUDGET = 300_000
+BUDGET = 500_000
+SOLVED = 475  # gymnasium's reward_threshold for CartPole-v1
 
 
 def _train(tmp_path, budget=BUDGET, **overrides):
     cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), train_for_env_steps=budget,
-                      stop_at_mean_return=450, seed=1, device="cpu", report_every_sec=30,
+                      stop_at_mean_return=SOLVED, seed=1, device="cpu", report_every_sec=30,
                       **overrides)
     with Runner(cfg) as runner:
         return runner.train()
 
 
 def _assert_solved(summary) -> None:
-    # The window that stopped the run reached 450; episodes finishing while the workers pause
-    # afterwards still enter the final window, so that one only has to stay close.
-    assert summary.best_mean_return >= 450
+    # The window that stopped the run reached the solve line; episodes finishing while the
+    # workers pause afterwards still enter the final window, so that one only has to stay close.
+    assert summary.best_mean_return >= SOLVED
     assert summary.mean_return_last_100 >= 400
 
 
@@ -49,6 +54,6 @@ def test_serial_mode_solves_cartpole(tmp_path):
 @pytest.mark.timeout(300)
 def test_gru_policy_learns_cartpole(tmp_path):
     # BPTT makes the learner slower, so lag is higher and learning takes a little longer.
-    summary = _train(tmp_path, budget=500_000, rnn="gru", rnn_size=64)
+    summary = _train(tmp_path, budget=800_000, rnn="gru", rnn_size=64)
     assert summary.stopped_because == "stop_at_mean_return", summary
     _assert_solved(summary)

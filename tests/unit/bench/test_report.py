@@ -5,12 +5,14 @@ import json
 from sampleforge.bench.report import BenchReport
 
 STABLE_KEYS = {"pure_sim_fps", "compute_limit_fps", "train_fps", "train_over_pure_sim",
-               "train_over_compute_limit", "mean_policy_lag", "num_envs", "env"}
+               "train_over_compute_limit", "mean_policy_lag", "num_envs", "env",
+               "sgd_steps_per_1000_samples"}
 
 
 def _report(**overrides) -> BenchReport:
     values = dict(env="CartPole-v1", num_envs=96, cores=2, frameskip=1, pure_sim_fps=200_000.0,
                   compute_limit_fps=100_000.0, train_fps=50_000.0, mean_policy_lag=7.0,
+                  sgd_steps_per_1000_samples=15.625,
                   inference_batch_size=47.0,
                   costs_us={"env_step": 7.0, "inference": 3.0, "learner": 5.0},
                   memory_mb=960.0, bottleneck="learner-bound")
@@ -29,6 +31,7 @@ def test_lines_show_both_ratios_the_lag_and_the_bottleneck():
     text = "\n".join(_report().lines())
     assert "25.0%" in text and "50.0%" in text
     assert "lag 7.0" in text and "learner-bound" in text and "10.00 MB per env" in text
+    assert "15.62 SGD steps per 1,000 samples" in text
 
 
 def test_a_zero_denominator_gives_nan_not_an_error():

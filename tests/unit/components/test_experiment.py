@@ -8,6 +8,7 @@ import pytest
 
 from sampleforge.components.experiment import FROZEN_ON_RESUME, prepare_experiment
 from sampleforge.config import ConfigError, config_from_dict, config_to_dict, make_config
+from sampleforge.config.sources import SOURCES_KEY
 
 
 def _cfg(tmp_path, **overrides):
@@ -16,6 +17,11 @@ def _cfg(tmp_path, **overrides):
                     rollout=32, batch_size=256, learning_rate=1e-3)
     settings.update(overrides)
     return make_config(**settings)
+
+
+def _settings(saved: dict) -> dict:
+    """config.json without its record of where each setting came from."""
+    return {k: v for k, v in saved.items() if k != SOURCES_KEY}
 
 
 def _fake_checkpoint(exp_path):
@@ -33,7 +39,11 @@ def test_fresh_experiment_writes_config(tmp_path):
     assert exp.path.is_dir()
     assert exp.config_path == exp.path / "config.json"
     saved = json.loads(exp.config_path.read_text())
-    assert saved == config_to_dict(cfg)
+    assert _settings(saved) == config_to_dict(cfg)
+    # every setting's source is recorded: the pinned ones as flags, the rest as defaults
+    assert saved[SOURCES_KEY]["learning_rate"] == "flag"
+    assert saved[SOURCES_KEY]["gamma"] == "default"
+    assert set(saved[SOURCES_KEY]) == set(config_to_dict(cfg))
     assert config_from_dict(saved) == cfg
     assert exp.checkpoint_dir(0) == exp.path / "checkpoints" / "p0"
     assert not exp.has_checkpoints()
@@ -64,7 +74,7 @@ def test_changed_learning_rate_is_allowed_and_resume_follows_checkpoints(tmp_pat
     _, resume = prepare_experiment(again)
     assert resume is True
     saved = json.loads(exp.config_path.read_text())
-    assert saved == config_to_dict(again)  # config.json holds the latest start's config
+    assert _settings(saved) == config_to_dict(again)  # config.json holds the latest start's config
     assert (exp.path / "checkpoints" / "p0" / "checkpoint_000000001_10.pt").exists()
 
 
@@ -137,7 +147,7 @@ def test_overwrite_deletes_old_contents(tmp_path):
     assert not ckpt.exists()
     assert not exp.has_checkpoints()
     assert sorted(p.name for p in exp.path.iterdir()) == ["config.json"]
-    assert json.loads(exp.config_path.read_text()) == config_to_dict(cfg)
+    assert _settings(json.loads(exp.config_path.read_text())) == config_to_dict(cfg)
 
 
 def test_overwrite_of_missing_folder_just_creates_it(tmp_path):

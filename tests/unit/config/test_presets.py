@@ -6,6 +6,7 @@ import pytest
 
 from sampleforge.config import ConfigError, make_config
 from sampleforge.config.cli_args import parse_config
+from sampleforge.config.families import family_settings
 from sampleforge.config.presets import PRESET_NAMES, preset_settings
 from sampleforge.envs.mujoco import mujoco_preset
 
@@ -26,8 +27,14 @@ def test_explicit_settings_win_over_the_preset():
 
 
 def test_preset_from_the_command_line():
-    cfg = parse_config(["--env", "atari_breakout", "--preset", "atari", "--num_epochs", "2"])
-    assert (cfg.batch_size, cfg.num_epochs, cfg.reward_scale) == (1024, 2, 1.0)
+    cfg = parse_config(["--env", "CartPole-v1", "--preset", "atari", "--num_epochs", "2"])
+    assert (cfg.batch_size, cfg.rollout, cfg.num_epochs) == (256, 128, 2)
+
+
+@pytest.mark.parametrize("preset, family", [("atari", "atari"), ("doom", "doom"),
+                                            ("mujoco", "continuous")])
+def test_a_family_preset_is_that_familys_settings(preset, family):
+    assert preset_settings(preset) == family_settings(family)
 
 
 def test_unknown_preset_lists_the_known_ones():
@@ -38,8 +45,8 @@ def test_unknown_preset_lists_the_known_ones():
 
 @pytest.mark.parametrize("cores, workers", [(1, 1), (2, 1), (3, 1), (8, 4), (64, 32)])
 def test_atari_preset_leaves_half_the_cores_to_the_conv_learner(monkeypatch, cores, workers):
-    import sampleforge.config.presets as presets
+    import sampleforge.config.families as families
 
-    monkeypatch.setattr(presets, "available_cores", lambda: cores)
+    monkeypatch.setattr(families, "available_cores", lambda: cores)
     assert preset_settings("atari")["num_workers"] == workers
     assert make_config(preset="atari", num_workers=3).num_workers == 3  # explicit wins

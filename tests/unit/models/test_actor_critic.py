@@ -295,6 +295,31 @@ def test_observation_normalisation_only_touches_float_keys_and_is_saved() -> Non
     plain.update_normalizer(obs)  # a no-op, not an error
 
 
+def test_pixel_normalisation_is_per_pixel_and_separate_from_vector_normalisation() -> None:
+    from sampleforge.components.model_factory import MODEL_SETTINGS
+    from sampleforge.models.actor_critic import PIXEL_STATISTICS_SAMPLES
+
+    assert "normalize_pixels" in MODEL_SETTINGS  # a checkpoint is only valid for the setting
+    obs_space = OBS_SPACES["dict"]
+    model = ActorCritic(obs_space, ACTION_SPACES["discrete"], normalize_pixels=True, **SMALL)
+    assert model.normalized_keys == ["image"]
+    image = obs_space["image"]
+    # A static background (every pixel its own constant) with one pixel that varies.
+    background = torch.randint(0, 256, image.shape, dtype=torch.uint8)
+    frames = background.expand(600, *image.shape).clone()
+    frames.view(600, -1)[:, 0] = torch.randint(0, 256, (600,), dtype=torch.uint8)
+    model.update_normalizer({"image": frames, "vector": torch.zeros(600, 5)})
+    rms = model.obs_normalizers[0]
+    assert int(rms.count) <= PIXEL_STATISTICS_SAMPLES  # a strided subset of the 600 rows
+    torch.testing.assert_close(rms.mean, background.float().flatten().index_put(
+        (torch.tensor([0]),), rms.mean.flatten()[:1]).view(image.shape))
+    normed = model.normalize_observations({"image": frames[:3], "vector": torch.ones(3, 5)})
+    assert normed["image"].dtype == torch.float32
+    assert normed["image"].flatten(1)[:, 1:].abs().max() == 0  # the background is gone
+    assert normed["image"].flatten(1)[:, 0].abs().max() > 0.1  # what moves is kept
+    assert "obs_normalizers.0.mean" in model.state_dict()
+
+
 def test_normalisation_is_applied_inside_act() -> None:
     torch.manual_seed(3)
     obs_space = OBS_SPACES["vector"]

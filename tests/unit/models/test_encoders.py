@@ -77,6 +77,21 @@ def test_conv_encoder_84x84_output_and_layers() -> None:
     assert enc(x).shape == (2, 512)
 
 
+def test_conv_nature_is_the_dqn_network_and_keeps_7x7() -> None:
+    enc = make_encoder({"obs": TensorSpec((4, 84, 84), torch.uint8)}, "conv_nature").encoder
+    convs = [m for m in enc.convs if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (32, (8, 8), (4, 4)),
+        (64, (4, 4), (2, 2)),
+        (64, (3, 3), (1, 1)),
+    ]
+    assert enc.fc[0].in_features == 64 * 7 * 7 and enc.out_size == 512
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    assert enc(x).shape == (2, 512)
+    with pytest.raises(ValueError, match="conv_nature.*3-D"):
+        make_encoder({"obs": VECTOR}, "conv_nature")
+
+
 def test_conv_encoder_scales_uint8_inside_forward() -> None:
     enc = ConvEncoder((3, 40, 40))
     x = torch.randint(0, 256, (2, 3, 40, 40), dtype=torch.uint8)

@@ -1,0 +1,139 @@
+"""Back-pressure on sampling: how many trajectory slots a learner lets be on their way to it.
+
+Responsible for: deciding, after every SGD step and whenever the learner is idle, how many
+slots rollout workers may fill for this learner, and writing that to the ledger
+(`SamplerLedger.set_sampling_slots`). This is what bounds policy lag when the learner is the
+slow part (the paper bounds it with the number of trajectory buffers, sec. 3.4).
+
+The rule: none while the learner has more than `lead` SGD steps to go before it needs a
+dataset; then enough slots to complete every dataset it will start within `lead` steps. A lead
+below the SGD steps per dataset opens sampling near the end of the current dataset; a longer
+one lets the sampling of the datasets after it overlap (needed when one rollout takes longer
+than training a dataset, as with short datasets and fast learners). Mean policy lag is then
+about (SGD steps per dataset + lead) / 2.
+
+With `lead = None` the gate finds the lead by feedback, so the learner neither waits for data
+nor lets data wait: after a dataset on which the learner waited for the next one, the lead
+grows by the SGD steps it could have made meanwhile; when the next dataset was sampled two or
+more steps before the learner needed it, the lead shrinks by one, and when whole datasets
+were found waiting as training started, by a dataset's steps each. Feedback rather than a
+model of sampling speed, because on a small machine sampling slows down while the learner
+trains and speeds up while it waits. A measured lead never exceeds what the trajectory slots
+can hold, nor what would take the mean lag past `MEAN_LAG_TARGET`: where the learner is the
+slow part, that costs some speed (set the lead explicitly to trade lag for speed).
+
+Must not: touch the batcher, the queues or the model (the learner worker feeds it numbers).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable
+
+from sampleforge.buffers.sampler_ledger import SamplerLedger
+
+# The lead to start from when it is measured.
+_FIRST_LEAD = 1
+# A measured lead stops where the mean policy lag, about (steps per dataset + lead) / 2, would
+# pass the paper's 5-10 SGD steps: beyond, a learner-bound run buys speed with staleness.
+MEAN_LAG_TARGET = 10
+# Weight of the newest SGD step time in its running mean.
+_SMOOTHING = 0.25
+
+
+class SamplingGate:
+    """One learner's side of the back-pressure (see the module docstring)."""
+
+    def __init__(self, ledger: SamplerLedger, policy_id: int, dataset_trajectories: int,
+                 rows_per_slot: int, sgd_steps_per_dataset: int, lead_sgd_steps: int | None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.ledger = ledger
+        self.policy_id = policy_id
+        self.dataset_trajectories = dataset_trajectories
+        self.rows_per_slot = rows_per_slot
+        self.sgd_steps_per_dataset = sgd_steps_per_dataset
+        self.measured = lead_sgd_steps is None
+        dataset_slots = max(1, self._slots_for(dataset_trajectories))
+        # A lead of k datasets asks for k + 1 of them: never more than the slots hold.
+        self.max_lead = sgd_steps_per_dataset * max(1, ledger.num_slots // dataset_slots - 1)
+        if self.measured:
+            lag_bound = max(0, 2 * MEAN_LAG_TARGET - sgd_steps_per_dataset)
+            self.max_lead = min(self.max_lead, lag_bound)
+        self.lead = min(_FIRST_LEAD, sgd_steps_per_dataset) if self.measured else lead_sgd_steps
+        self.clock = clock
+        self.sgd_steps_left = 0  # of the dataset being trained on
+        self.step_seconds: float | None = None
+        self._last_step_at = 0.0
+        self._training_ended_at: float | None = None
+        self._steps_left_when_sampled: int | None = None  # of the last dataset, if it was early
+
+    # --- events from the learner worker ---------------------------------------------------------
+    def training_started(self, staged_trajectories: int) -> None:
+        """The learner starts a dataset; `staged_trajectories` counts it and any beyond it."""
+        now = self.clock()
+        if self.measured and self._training_ended_at is not None and self.step_seconds:
+            waiting = self._complete_datasets_beyond(staged_trajectories, current=True)
+            self._adjust_lead(waited=now - self._training_ended_at, datasets_waiting=waiting)
+        self.sgd_steps_left = self.sgd_steps_per_dataset
+        self._last_step_at = now
+        self._steps_left_when_sampled = None
+
+    def sgd_step_done(self) -> None:
+        now = self.clock()
+        self.step_seconds = _running_mean(self.step_seconds, now - self._last_step_at)
+        self._last_step_at = now
+        self.sgd_steps_left -= 1
+
+    def training_done(self) -> None:
+        self.sgd_steps_left = 0
+        self._training_ended_at = self.clock()
+
+    def update(self, staged_trajectories: int) -> int:
+        """Write how many slots may be on their way, given the trajectories the batcher holds
+        (the current dataset's included while it is being trained on). Returns that number."""
+        slots = 0
+        ahead = self.lead - self.sgd_steps_left  # lead left after the current dataset
+        if ahead >= 0:
+            datasets = 1 + ahead // self.sgd_steps_per_dataset
+            current = self.dataset_trajectories if self.sgd_steps_left > 0 else 0
+            staged_beyond = max(staged_trajectories - current, 0)
+            missing = max(datasets * self.dataset_trajectories - staged_beyond, 0)
+            slots = self._slots_for(missing)
+            self._note_early_data(staged_trajectories)
+        self.ledger.set_sampling_slots(self.policy_id, slots)
+        return slots
+
+    def _slots_for(self, trajectories: int) -> int:
+        return -(-trajectories // self.rows_per_slot)
+
+    def _complete_datasets_beyond(self, staged_trajectories: int, current: bool) -> int:
+        """Whole datasets sampled (staged, or finished and on their way) beyond the current."""
+        finished = (self.ledger.slots_in_flight(self.policy_id)
+                    - self.ledger.slots_being_filled())
+        beyond = (staged_trajectories - (self.dataset_trajectories if current else 0)
+                  + finished * self.rows_per_slot)
+        return max(beyond, 0) // self.dataset_trajectories
+
+    def _note_early_data(self, staged_trajectories: int) -> None:
+        """While training, remember how many steps were left when the next dataset had been
+        sampled completely (or every rollout asked for had finished)."""
+        if self.sgd_steps_left == 0 or self._steps_left_when_sampled is not None:
+            return
+        all_finished = (self.ledger.slots_being_filled() == 0
+                        and self.ledger.slots_in_flight(self.policy_id) > 0)
+        if all_finished or self._complete_datasets_beyond(staged_trajectories, current=True):
+            self._steps_left_when_sampled = self.sgd_steps_left
+
+    def _adjust_lead(self, waited: float, datasets_waiting: int) -> None:
+        if waited > 0.5 * self.step_seconds:
+            self.lead += math.ceil(waited / self.step_seconds)
+        elif datasets_waiting >= 1:
+            self.lead -= datasets_waiting * self.sgd_steps_per_dataset
+        elif (self._steps_left_when_sampled or 0) >= 2:
+            self.lead -= 1
+        self.lead = max(0, min(self.lead, self.max_lead))
+
+
+def _running_mean(mean: float | None, x: float) -> float:
+    return x if mean is None else (1.0 - _SMOOTHING) * mean + _SMOOTHING * x

@@ -1,0 +1,195 @@
+"""Back-pressure (components/sampling_gate.py): how many slots rollout workers may fill for a
+learner, and how the gate measures its lead."""
+
+from __future__ import annotations
+
+import pytest
+
+from sampleforge.buffers.sampler_ledger import SamplerLedger
+from sampleforge.components import sampling_gate
+from sampleforge.components.sampling_gate import SamplingGate
+
+ROWS = 8          # trajectories per slot
+DATASET = 16      # trajectories per dataset: two slots
+STEPS = 16        # SGD steps per dataset
+
+
+@pytest.fixture(autouse=True)
+def _no_lag_target(monkeypatch):
+    """The feedback is tested on its own here; the lag target's cap in its own test."""
+    monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 1000)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _gate(lead: int | None, num_workers: int = 1):
+    ledger = SamplerLedger(num_workers, num_slots=6, num_policies=1)
+    clock = Clock()
+    gate = SamplingGate(ledger, 0, DATASET, ROWS, STEPS, lead, clock=clock)
+    return gate, ledger, clock
+
+
+def test_before_the_learner_speaks_every_slot_may_be_filled():
+    _, ledger, _ = _gate(lead=2)
+    for slot in range(6):
+        assert ledger.sampling_allowed()
+        ledger.take(slot, 0)
+    assert not ledger.sampling_allowed()
+
+
+def test_an_idle_learner_asks_for_exactly_its_missing_dataset():
+    gate, ledger, _ = _gate(lead=2)
+    assert gate.update(staged_trajectories=0) == 2
+    ledger.take(0, 0)
+    assert ledger.sampling_allowed()  # one slot on its way, two wanted
+    ledger.take(1, 0)
+    assert not ledger.sampling_allowed()  # a worker sees its own take at once: no overshoot
+    ledger.hand_over(0, [0])
+    assert not ledger.sampling_allowed()  # finished but not copied still counts
+    ledger.reader_done(0, 0)
+    assert gate.update(staged_trajectories=ROWS) == 1  # staged ones count too
+    assert not ledger.sampling_allowed()
+    assert gate.update(staged_trajectories=DATASET) == 0
+
+
+def test_a_training_learner_holds_sampling_back_until_its_last_lead_steps():
+    gate, ledger, _ = _gate(lead=2)
+    gate.update(staged_trajectories=DATASET)
+    gate.training_started(staged_trajectories=DATASET)
+    opened_at = None
+    for step in range(STEPS):
+        slots = gate.update(staged_trajectories=DATASET)  # the current dataset, nothing beyond
+        if slots and opened_at is None:
+            opened_at = step
+        assert ledger.sampling_allowed() == (slots > 0)
+        gate.sgd_step_done()
+    assert opened_at == STEPS - 2
+    gate.training_done()
+    assert gate.update(staged_trajectories=ROWS) == 1
+
+
+def test_trajectories_staged_beyond_the_current_dataset_count_for_the_next():
+    gate, _, _ = _gate(lead=2)
+    gate.training_started(staged_trajectories=DATASET)
+    for _ in range(STEPS - 1):
+        gate.sgd_step_done()
+    assert gate.update(staged_trajectories=DATASET + ROWS) == 1
+    assert gate.update(staged_trajectories=2 * DATASET) == 0
+
+
+def test_lead_zero_samples_only_while_the_learner_waits():
+    gate, ledger, _ = _gate(lead=0)
+    gate.training_started(staged_trajectories=DATASET)
+    for _ in range(STEPS):
+        assert gate.update(staged_trajectories=DATASET) == 0
+        gate.sgd_step_done()
+    gate.training_done()
+    assert gate.update(staged_trajectories=0) == 2
+
+
+def _one_dataset(gate, ledger, clock, step_seconds: float, sampling_seconds: float):
+    """Train on a dataset while a worker samples the next one as soon as the gate opens (one
+    slot, handed over `sampling_seconds` later). Returns the step at which sampling opened and
+    whether the learner then had to wait for the data."""
+    gate.training_started(staged_trajectories=DATASET)
+    opened, finish_at = None, None
+    for step in range(STEPS):
+        if finish_at is not None and clock.now >= finish_at and ledger.slots_being_filled():
+            ledger.hand_over(0, [0])
+        if gate.update(staged_trajectories=DATASET) and opened is None:
+            opened, finish_at = step, clock.now + sampling_seconds
+            ledger.take(0, 0)
+        clock.now += step_seconds
+        gate.sgd_step_done()
+    gate.training_done()
+    if clock.now >= finish_at and ledger.slots_being_filled():
+        ledger.hand_over(0, [0])  # finished during the last step
+    waited = bool(ledger.slots_being_filled())
+    if waited:
+        gate.update(staged_trajectories=0)
+        clock.now = max(clock.now, finish_at)
+        ledger.hand_over(0, [0])
+    gate.update(staged_trajectories=0)
+    ledger.reader_done(0, 0)
+    gate.update(staged_trajectories=DATASET)
+    return opened, waited
+
+
+# Times are multiples of powers of two, so the arithmetic is exact.
+@pytest.mark.parametrize("step_seconds, sampling_seconds, steps_needed", [
+    (0.25, 1.1, 5),        # sampling a dataset takes 4.4 SGD steps
+    (0.25, 0.1, 1),        # sampling is fast: start one step early
+    (0.0625, 4.0, None),   # one rollout outlasts a dataset's training: overlap datasets
+])
+def test_the_measured_lead_settles_where_the_learner_no_longer_waits(
+        step_seconds, sampling_seconds, steps_needed):
+    gate, ledger, clock = _gate(lead=None)
+    assert gate.lead == 1  # the starting point
+    history = [_one_dataset(gate, ledger, clock, step_seconds, sampling_seconds)
+               for _ in range(16)]
+    assert gate.step_seconds == pytest.approx(step_seconds)
+    if steps_needed is not None:
+        assert not any(waited for _, waited in history[-6:])
+        # ... and sampling does not start much earlier than it must (that would add lag).
+        assert steps_needed <= gate.lead <= steps_needed + 1
+    else:
+        # open from the first step, and for the dataset after next too, within the slots
+        assert STEPS < gate.lead <= gate.max_lead == STEPS * 2 and history[-1][0] == 0
+        assert gate.update(staged_trajectories=0) == 2 * (1 + (gate.lead - 0) // STEPS)
+
+
+def test_the_lead_grows_at_once_when_the_learner_waits_and_shrinks_slowly():
+    gate, ledger, clock = _gate(lead=None)
+    _one_dataset(gate, ledger, clock, 0.25, 2.0)  # opens one step early: waits 7 steps
+    _one_dataset(gate, ledger, clock, 0.25, 2.0)
+    assert gate.lead == 1 + 7
+    before = gate.lead
+    _one_dataset(gate, ledger, clock, 0.25, 0.1)  # now the data comes 7 steps early
+    _one_dataset(gate, ledger, clock, 0.25, 0.1)
+    assert gate.lead == before - 1
+
+
+def test_datasets_found_waiting_when_training_starts_shrink_the_lead_at_once():
+    gate, ledger, clock = _gate(lead=None)
+    for _ in range(4):
+        _one_dataset(gate, ledger, clock, 0.0625, 4.0)
+    assert gate.lead == gate.max_lead == 2 * STEPS
+    assert gate.update(staged_trajectories=0) == ledger.num_slots == 6
+    # The learner becomes the slow part: two whole datasets wait when it starts the next.
+    gate.training_started(staged_trajectories=DATASET)
+    gate.sgd_step_done()
+    gate.training_done()
+    for slot in range(4):
+        ledger.take(slot, 0)
+        ledger.hand_over(slot, [0])
+    gate.training_started(staged_trajectories=DATASET)
+    assert gate.lead == 0  # two datasets' steps less
+    assert gate.update(staged_trajectories=DATASET) == 0  # the next dataset is there already
+
+
+def test_a_fixed_lead_beyond_a_dataset_overlaps_the_datasets_after_the_next():
+    gate, _, _ = _gate(lead=STEPS + 2)
+    gate.training_started(staged_trajectories=DATASET)
+    for _ in range(STEPS - 2):
+        gate.sgd_step_done()
+    # two steps left: the next dataset starts in 2 steps, the one after in 18
+    assert gate.update(staged_trajectories=DATASET) == 2 * 2
+    gate.sgd_step_done()
+    assert gate.update(staged_trajectories=DATASET) == 2 * 2
+
+
+def test_a_measured_lead_stops_at_the_mean_lag_target(monkeypatch):
+    monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
+    gate, ledger, clock = _gate(lead=None)
+    assert gate.max_lead == 2 * 10 - STEPS
+    for _ in range(4):
+        _one_dataset(gate, ledger, clock, 0.25, 2.0)  # would need a lead of 9
+    assert gate.lead == 4
+    fixed, _, _ = _gate(lead=9)
+    assert fixed.lead == 9  # a lead the user sets is theirs

@@ -1,0 +1,105 @@
+"""Env families (config/families.py) and where each setting comes from (config/sources.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sampleforge.cli.main import main
+from sampleforge.components.experiment import prepare_experiment
+from sampleforge.config import Config, config_from_dict, make_config
+from sampleforge.config.cli_args import parse_config
+from sampleforge.config.families import FAMILY_NAMES, env_family, family_settings
+from sampleforge.config.sources import SOURCE_NAMES, config_sources
+
+
+@pytest.mark.parametrize("env, family", [
+    ("atari_breakout", "atari"), ("atari_pong", "atari"),
+    ("doom_defend_the_center", "doom"), ("doom_health_gathering", "doom"),
+    ("HalfCheetah-v5", "continuous"), ("Hopper-v5", "continuous"),
+    ("Pendulum-v1", "continuous"), ("MountainCarContinuous-v0", "continuous"),
+    ("CartPole-v1", "vector"), ("Acrobot-v1", "vector"), ("MountainCar-v0", "vector"),
+    ("mypkg.envs:Maze-v0", None), ("envpool:Pong-v5", None), ("NoSuchEnv-v0", None),
+])
+def test_the_env_name_decides_the_family(env, family):
+    assert env_family(env) == family
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
+def test_every_family_gives_a_valid_config_with_its_values(family):
+    env = {"atari": "atari_breakout", "doom": "doom_basic", "continuous": "Hopper-v5",
+           "vector": "Acrobot-v1"}[family]
+    cfg = make_config(env=env)
+    sources = config_sources(cfg)
+    for key, value in family_settings(family).items():
+        if value != "auto":  # resolved for this machine
+            assert getattr(cfg, key) == value, key
+        assert sources[key] == "family", key
+    if family == "vector":  # CartPole's tuning (see families._FAMILIES)
+        assert not cfg.normalize_returns and cfg.reward_scale == Config().reward_scale
+    else:
+        assert cfg.normalize_returns and cfg.reward_scale == 1.0
+
+
+def test_atari_without_a_preset_gets_the_atari_ppo_recipe_not_cartpoles():
+    cfg = parse_config(["--env", "atari_breakout"])
+    assert (cfg.rollout, cfg.batch_size, cfg.num_batches_per_epoch, cfg.num_epochs) == \
+        (128, 256, 4, 4)
+    assert (cfg.learning_rate, cfg.lr_schedule, cfg.entropy_coeff, cfg.ppo_clip_ratio) == \
+        (2.5e-4, "linear", 0.01, 0.1)
+    assert cfg.activation == "relu" and not cfg.with_vtrace
+    assert cfg.learning_rate != Config().learning_rate  # not CartPole's
+
+
+def test_flags_win_over_the_preset_which_wins_over_the_family():
+    cfg = make_config(env="atari_breakout", preset="doom", learning_rate=1e-3)
+    sources = config_sources(cfg)
+    assert (cfg.learning_rate, sources["learning_rate"]) == (1e-3, "flag")
+    assert (cfg.activation, sources["activation"]) == ("elu", "preset")
+    assert (cfg.rollout, sources["rollout"]) == (128, "family")  # the doom preset leaves it
+    assert (cfg.gamma, sources["gamma"]) == (0.99, "family")
+    assert (cfg.rnn, sources["rnn"]) == ("none", "default")
+    assert sources["env"] == "flag" and set(sources.values()) <= set(SOURCE_NAMES)
+
+
+def test_a_flag_equal_to_the_default_still_counts_as_a_flag():
+    cfg = make_config(env="atari_breakout", rollout=32)
+    assert cfg.rollout == 32 and config_sources(cfg)["rollout"] == "flag"
+
+
+def test_changing_the_env_of_a_config_swaps_the_family_but_keeps_flags():
+    atari = make_config(env="atari_breakout", learning_rate=1e-3)
+    vector = make_config(atari, env="Acrobot-v1")
+    sources = config_sources(vector)
+    assert (vector.learning_rate, sources["learning_rate"]) == (1e-3, "flag")
+    assert (vector.rollout, sources["rollout"]) == (Config().rollout, "default")
+    assert (vector.activation, sources["activation"]) == (Config().activation, "default")
+    assert (vector.normalize_returns, sources["normalize_returns"]) == (False, "default")
+    # A config derived without a new env keeps its sources.
+    assert config_sources(make_config(atari, seed=3))["rollout"] == "family"
+
+
+def test_config_json_records_every_value_and_its_source(tmp_path):
+    cfg = make_config(env="atari_breakout", train_dir=str(tmp_path), num_epochs=2)
+    exp, _ = prepare_experiment(cfg)
+    saved = json.loads(exp.config_path.read_text())
+    assert saved["num_epochs"] == 2 and saved["sources"]["num_epochs"] == "flag"
+    assert saved["rollout"] == 128 and saved["sources"]["rollout"] == "family"
+    assert saved["sources"]["rnn"] == "default"
+    assert set(saved["sources"]) == {k for k in saved if k != "sources"}
+    restored = config_from_dict(saved)
+    assert restored == cfg and dict(config_sources(restored)) == saved["sources"]
+
+
+def test_print_config_prints_values_and_sources_and_trains_nothing(tmp_path, capsys):
+    code = main(["train", "--env", "atari_breakout", "--num_epochs", "2", "--train_dir",
+                 str(tmp_path), "--print_config"])
+    assert code == 0
+    lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
+    assert lines["num_epochs"] == ["2", "flag"]
+    assert lines["rollout"] == ["128", "family"]
+    assert lines["rnn"] == ["none", "default"]
+    assert lines["env"] == ["atari_breakout", "flag"]
+    assert len(lines) == len(Config.__dataclass_fields__)
+    assert not any(tmp_path.iterdir())  # no experiment folder was made
