@@ -25,6 +25,10 @@ from sampleforge.config.sources import SOURCES_KEY, config_sources
 
 log = logging.getLogger(__name__)
 
+# Written into every experiment folder sampleforge makes or opens: overwrite deletes only
+# folders that hold it and a config.json.
+MARKER_FILENAME = ".sampleforge_experiment"
+
 # Settings a checkpoint depends on: changing them on resume is refused.
 FROZEN_ON_RESUME = ("env", "algorithm", "rollout", "num_policies",
                     "num_frozen_opponents") + MODEL_SETTINGS
@@ -45,6 +49,10 @@ class ExperimentDir:
     def checkpoint_dir(self, policy_id: int) -> Path:
         return self.path / "checkpoints" / f"p{policy_id}"
 
+    @property
+    def marker_path(self) -> Path:
+        return self.path / MARKER_FILENAME
+
     def has_checkpoints(self) -> bool:
         root = self.path / "checkpoints"
         return root.exists() and any(root.rglob("checkpoint_*.pt"))
@@ -54,11 +62,13 @@ def prepare_experiment(cfg: Config) -> tuple[ExperimentDir, bool]:
     """Create or reopen the experiment folder; returns it and whether to resume.
 
     Raises ConfigError, before anything is changed on disk, if a resume would change a setting
-    in FROZEN_ON_RESUME.
+    in FROZEN_ON_RESUME, or if the folder is not one sampleforge may write into or delete.
     """
     exp = ExperimentDir(Path(cfg.train_dir) / cfg.experiment_name)
+    _check_inside_train_dir(exp.path, Path(cfg.train_dir))
     resume = False
     if exp.path.exists() and cfg.restart_behavior == "overwrite":
+        _check_ours(exp)
         shutil.rmtree(exp.path)
     elif exp.config_path.exists():
         saved = json.loads(exp.config_path.read_text())
@@ -68,9 +78,29 @@ def prepare_experiment(cfg: Config) -> tuple[ExperimentDir, bool]:
             log.warning("experiment %s: %s changed on resume: %r -> %r", exp.path, name, old, new)
         resume = exp.has_checkpoints()
     exp.path.mkdir(parents=True, exist_ok=True)
+    exp.marker_path.touch()
     write_json_atomic(exp.config_path,
                       {**config_to_dict(cfg), SOURCES_KEY: dict(config_sources(cfg))})
     return exp, resume
+
+
+def _check_inside_train_dir(path: Path, train_dir: Path) -> None:
+    """The experiment folder is a real folder directly inside train_dir (validation refuses
+    names like '..'; this catches a symlink planted in train_dir)."""
+    if path.is_symlink():
+        raise ConfigError([f"experiment folder {path} is a symbolic link: refusing to use it "
+                           "(give another --experiment)"])
+    if path.resolve().parent != train_dir.resolve():
+        raise ConfigError([f"experiment folder {path} resolves outside train_dir {train_dir}"])
+
+
+def _check_ours(exp: ExperimentDir) -> None:
+    """Overwrite deletes only a folder that sampleforge made."""
+    if not (exp.path.is_dir() and exp.config_path.is_file() and exp.marker_path.is_file()):
+        raise ConfigError([f"--restart_behavior overwrite: {exp.path} is not a sampleforge "
+                           f"experiment folder (no config.json and {MARKER_FILENAME}); "
+                           "refusing to delete it (delete it yourself, or give another "
+                           "--experiment)"])
 
 
 def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

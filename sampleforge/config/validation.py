@@ -232,10 +232,24 @@ def range_problems(cfg: Config) -> list[str]:
         problems.append(f"pbt_mutation_factor: {cfg.pbt_mutation_factor} must be > 1")
     if any(size < 1 for size in cfg.mlp_hidden_sizes):
         problems.append(f"mlp_hidden_sizes: {cfg.mlp_hidden_sizes} must all be >= 1")
-    if not cfg.experiment_name.strip() or "/" in cfg.experiment_name:
-        problems.append(f"experiment: {cfg.experiment_name!r} must be a non-empty folder name "
-                        "without '/'")
+    problem = experiment_name_problem(cfg.experiment_name)
+    if problem:
+        problems.append(f"experiment: {cfg.experiment_name!r} {problem}")
     return problems
+
+
+def experiment_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a folder directly inside train_dir, or None. Overwriting an
+    experiment deletes its folder, so a name must never reach outside train_dir."""
+    if not name.strip():
+        return "must be a non-empty folder name"
+    if name in (".", ".."):
+        return "must name a folder inside train_dir, not train_dir or its parent"
+    if any(c in name for c in ("/", "\\", "\0")):
+        return "must be a single folder name (no '/', '\\' or NUL)"
+    if name.startswith("~"):
+        return "must not start with '~' (it is a folder name inside train_dir, not a path)"
+    return None
 
 
 def cross_field_problems(cfg: Config) -> list[str]:

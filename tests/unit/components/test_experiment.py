@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from sampleforge.components.experiment import FROZEN_ON_RESUME, prepare_experiment
+from sampleforge.components.experiment import (
+    FROZEN_ON_RESUME,
+    MARKER_FILENAME,
+    prepare_experiment,
+)
 from sampleforge.config import ConfigError, config_from_dict, config_to_dict, make_config
 from sampleforge.config.sources import SOURCES_KEY
 
@@ -48,7 +52,7 @@ def test_fresh_experiment_writes_config(tmp_path):
     assert exp.checkpoint_dir(0) == exp.path / "checkpoints" / "p0"
     assert not exp.has_checkpoints()
     # no temporary file is left behind by the atomic write
-    assert sorted(p.name for p in exp.path.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in exp.path.iterdir()) == [MARKER_FILENAME, "config.json"]
 
 
 def test_experiment_name_defaults_to_env(tmp_path):
@@ -146,7 +150,7 @@ def test_overwrite_deletes_old_contents(tmp_path):
     assert resume is False
     assert not ckpt.exists()
     assert not exp.has_checkpoints()
-    assert sorted(p.name for p in exp.path.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in exp.path.iterdir()) == [MARKER_FILENAME, "config.json"]
     assert _settings(json.loads(exp.config_path.read_text())) == config_to_dict(cfg)
 
 
@@ -162,3 +166,46 @@ def test_other_experiments_are_untouched(tmp_path):
     prepare_experiment(make_config(train_dir=str(tmp_path), experiment="b",
                                    restart_behavior="overwrite"))
     assert a.has_checkpoints()
+
+
+def _tree(root) -> list[tuple[str, bytes]]:
+    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"")
+                  for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../x", "a/b", "/tmp/x", "~", "~user", "a\\b",
+                                  "  ", "x\0y"])
+def test_experiment_names_that_could_reach_outside_train_dir_are_refused(tmp_path, name):
+    train_dir = tmp_path / "train_dir"
+    mine = train_dir / "mine"
+    mine.mkdir(parents=True)
+    (mine / "keep.txt").write_text("precious")
+    (tmp_path / "outside.txt").write_text("precious too")
+    before = _tree(tmp_path)
+    with pytest.raises(ConfigError) as err:
+        make_config(train_dir=str(train_dir), experiment=name, restart_behavior="overwrite")
+    message = str(err.value)
+    assert "experiment" in message and len(message.splitlines()) == 1
+    assert _tree(tmp_path) == before  # nothing on disk changed
+
+
+def test_overwrite_refuses_a_folder_sampleforge_did_not_make(tmp_path):
+    foreign = tmp_path / "photos"
+    foreign.mkdir()
+    (foreign / "cat.jpg").write_bytes(b"meow")
+    (foreign / "config.json").write_text("{}")  # a config.json alone is not enough
+    before = _tree(tmp_path)
+    with pytest.raises(ConfigError, match="not a sampleforge experiment folder"):
+        prepare_experiment(_cfg(tmp_path, experiment="photos", restart_behavior="overwrite"))
+    assert _tree(tmp_path) == before
+
+
+def test_overwrite_never_follows_a_symlink_out_of_train_dir(tmp_path):
+    train_dir, elsewhere = tmp_path / "train_dir", tmp_path / "elsewhere"
+    train_dir.mkdir()
+    exp, _ = prepare_experiment(_cfg(elsewhere, experiment="real"))  # a real experiment...
+    (train_dir / "link").symlink_to(exp.path)  # ...reached through a link in train_dir
+    before = _tree(tmp_path)
+    with pytest.raises(ConfigError, match="symbolic link"):
+        prepare_experiment(_cfg(train_dir, experiment="link", restart_behavior="overwrite"))
+    assert _tree(tmp_path) == before
