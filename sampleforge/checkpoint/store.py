@@ -168,7 +168,7 @@ class CheckpointStore:
             with open(tmp, "wb") as f:
                 write(f)
                 _flush_and_sync(f)
-            digest = _sha256_file(tmp)
+            digest = sha256_file(tmp)
             # When overwriting (best.pt), the sidecar briefly accepts old and new
             # digests so the visible file verifies at every instant.
             previous = _previous_digests(path)
@@ -370,7 +370,7 @@ def _verify_checksum(path: Path) -> None:
     if not expected:
         raise CheckpointError(f"empty checksum file {_sidecar(path).name}")
     try:
-        actual = _sha256_file(path)
+        actual = sha256_file(path)
     except OSError as err:
         raise CheckpointError(f"cannot read {path.name}: {err}") from err
     if actual not in expected:
@@ -402,7 +402,8 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + CHECKSUM_SUFFIX)
 
 
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of the file at `path`, read in chunks."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_HASH_CHUNK):

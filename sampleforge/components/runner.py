@@ -239,7 +239,7 @@ class Runner:
         self._broadcast_to_rollout(Resume())
         try:
             reason = self._loop(target, seconds, started, bar)
-            if self.cfg.serial_mode:  # before anything reacts to the stop
+            if self.cfg.serial_mode and self.cfg.serial_snapshot:  # before anything reacts
                 self._save_serial_snapshot()
         finally:
             bar.close()

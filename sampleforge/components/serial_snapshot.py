@@ -9,10 +9,14 @@ restores that state and goes on exactly as if it had never stopped: with a fixed
 steps straight equal N/2 + restart + N/2, bit for bit.
 
 The snapshot (`serial_state.pt` in the experiment folder) holds pickled envs, so unlike
-checkpoints it is loaded with pickle: it is only ever read back by a serial-mode resume of the
-experiment that wrote it (same config), and it is consumed (deleted) by the next start in any
-mode, so a stale one is never restored. Envs that cannot be pickled only lose exactness: the
-run resumes from the checkpoint as usual, with a warning.
+checkpoints it is loaded with pickle, which can run code. So nothing in it is unpickled before
+its plain-JSON sidecar (`serial_state.pt.json`: SHA-256 of the file, the hash of the config
+that wrote it, format version) has been read and both hashes match: a file dropped into the
+folder, or one from another config, is deleted unread. (Whoever can write both files can still
+run code on the next serial resume: the experiment folder is trusted, docs/reliability.md.)
+`--serial_snapshot false` neither writes nor reads it. It is consumed (deleted) by the next
+start in any mode, so a stale one is never restored. Envs that cannot be pickled only lose
+exactness: the run resumes from the checkpoint as usual, with a warning.
 
 Must not: be used in multi-process mode, where components run concurrently.
 """
@@ -30,12 +34,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from sampleforge.checkpoint.store import sha256_file
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.config import Config, config_to_dict
 
 log = logging.getLogger(__name__)
 
 SNAPSHOT_FILENAME = "serial_state.pt"
+SIDECAR_SUFFIX = ".json"  # serial_state.pt.json, plain JSON: read before anything is unpickled
 FORMAT_VERSION = 1
 
 
@@ -49,7 +55,13 @@ def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, component
                  "tensors": {k: t.clone() for k, t in _shared_tensors(wiring).items()}}
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save(state, tmp)
+        header = {"format_version": FORMAT_VERSION, "config_hash": state["config_hash"],
+                  "sha256": sha256_file(tmp)}
+        sidecar, tmp_sidecar = _sidecar(path), path.with_name(f".{path.name}.json.tmp")
+        tmp_sidecar.write_text(json.dumps(header))
+        # data first: a stop between the two leaves a mismatch, which is refused
         os.replace(tmp, path)
+        os.replace(tmp_sidecar, sidecar)
         return True
     except Exception as e:  # noqa: BLE001 - exactness is a bonus, never a reason to fail a run
         log.warning("no exact-resume snapshot (%s: %s); a resume continues from the checkpoint",
@@ -58,21 +70,44 @@ def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, component
 
 
 def take_snapshot(path: Path, cfg: Config) -> dict | None:
-    """Read and delete the snapshot; None if there is none or it belongs to another config."""
+    """Read and delete the snapshot; None if there is none, or if it is not to be used or
+    not to be trusted (then it is never unpickled)."""
     if not path.exists():
-        return None
-    if not cfg.serial_mode:  # never unpickle what this run will not use
-        path.unlink(missing_ok=True)
-        log.info("ignoring the exact-resume snapshot: it is for serial mode only")
+        _sidecar(path).unlink(missing_ok=True)
         return None
     try:
-        state = torch.load(path, weights_only=False)  # pickled envs: see the module docstring
+        refusal = _refusal(path, cfg)
+        if refusal is not None:
+            log.warning("ignoring the exact-resume snapshot %s: %s; resuming from the "
+                        "checkpoint", path, refusal)
+            return None
+        return torch.load(path, weights_only=False)  # verified above: see the module docstring
     finally:
         path.unlink(missing_ok=True)
-    if state.get("config_hash") != config_hash(cfg):
-        log.info("ignoring the exact-resume snapshot: written for another config")
-        return None
-    return state
+        _sidecar(path).unlink(missing_ok=True)
+
+
+def _refusal(path: Path, cfg: Config) -> str | None:
+    """Why the snapshot at `path` must not be unpickled by this run, or None."""
+    if not cfg.serial_mode:
+        return "it is for serial mode only"
+    if not cfg.serial_snapshot:
+        return "--serial_snapshot is false"
+    try:
+        header = json.loads(_sidecar(path).read_text())
+    except (OSError, ValueError) as e:
+        return f"no readable {_sidecar(path).name} ({type(e).__name__})"
+    if not isinstance(header, dict) or header.get("format_version") != FORMAT_VERSION:
+        return f"{_sidecar(path).name} is not a format {FORMAT_VERSION} header"
+    if header.get("config_hash") != config_hash(cfg):
+        return "written for another config"
+    if header.get("sha256") != sha256_file(path):
+        return "its SHA-256 does not match its sidecar (changed or replaced)"
+    return None
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
 def restore_snapshot(state: dict, wiring, components: dict) -> dict:

@@ -88,6 +88,11 @@ class Config:
     # --- sampling -------------------------------------------------------------------------------
     serial_mode: bool = option(False, "Run every component in this one process (debugging, "
                                "tests).", "sampling")
+    serial_snapshot: bool = option(True, "In serial mode, snapshot every component at the stop "
+                                   "(serial_state.pt: pickled envs, verified against its "
+                                   "SHA-256 sidecar before loading) so that a resume continues "
+                                   "bit for bit; false: resume from the checkpoint only.",
+                                   "sampling")
     num_workers: int = option(2, "Rollout worker processes; auto: one per core (paper, "
                               "appendix B).", "sampling", auto=available_cores)
     num_envs_per_worker: int = option(48, "Environments simulated by each rollout worker.",
