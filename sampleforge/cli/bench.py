@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sampleforge.config.cli_args import add_config_arguments, config_from_args
+from sampleforge.config.cli_args import add_config_arguments, add_switch, config_from_args
 
 HELP = "Measure training FPS against pure simulation and the machine's compute limit."
 
@@ -28,14 +28,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seconds of steady-state training measured (default: 60)")
     group.add_argument("--warmup", type=float, default=15.0,
                        help="seconds of training before measuring (default: 15)")
-    group.add_argument("--json", action="store_true", help="also print one JSON object")
+    add_switch(group, "--json", help="also print one JSON object")
     group.add_argument("--cores", type=int, default=os.cpu_count(),
                        help="cores for pure simulation and the compute limit (default: all)")
-    group.add_argument("--sweep", action="store_true",
+    add_switch(group, "--sweep",
                        help="repeat training over total env counts; writes CSV and PNG")
     group.add_argument("--sweep_envs", default="8,16,32,64,128,256,512,1024",
                        help="total env counts of the sweep, comma separated")
-    group.add_argument("--tune", action="store_true",
+    add_switch(group, "--tune",
                        help="try rollout workers x envs per worker x splits for this env and "
                        "print the fastest")
     group.add_argument("--out", default="bench_results",

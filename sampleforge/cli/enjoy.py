@@ -7,6 +7,7 @@ import os
 import sys
 
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, local_policy_from_args
+from sampleforge.config.cli_args import add_switch
 
 HELP = ("Play episodes with a trained policy and print their returns; --save_video writes an "
         "MP4 into the experiment folder.")
@@ -17,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("enjoy")
     group.add_argument("--max_num_episodes", type=int, default=DEFAULT_EPISODES,
                        help=f"Episodes to play. (default: {DEFAULT_EPISODES})")
-    group.add_argument("--save_video", action="store_true",
+    add_switch(group, "--save_video",
                        help="Record the episodes (rgb_array rendering) as an MP4 video.")
     group.add_argument("--video_name", default="replay.mp4",
                        help="File name of the video in the experiment folder, or a path. "

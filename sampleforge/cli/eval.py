@@ -7,6 +7,7 @@ import json
 import sys
 
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, policy_from_args
+from sampleforge.config.cli_args import add_switch
 
 HELP = ("Evaluate a trained policy over many episodes in parallel processes (policy on CPU) and "
         "report mean, std, min and max return. Episodes: --eval_episodes; greedy actions: "
@@ -17,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("eval")
     group.add_argument("--num_processes", type=int, default=None,
                        help="Evaluation processes. (default: one per core)")
-    group.add_argument("--json", action="store_true",
+    add_switch(group, "--json",
                        help="Print the result as one JSON object (with every episode's return "
                        "and length).")
     add_policy_arguments(parser)

@@ -8,14 +8,14 @@ import sys
 
 from sampleforge.cli.signals import early_exit_code
 from sampleforge.config import ConfigError
-from sampleforge.config.cli_args import add_config_arguments, config_from_args
+from sampleforge.config.cli_args import add_config_arguments, add_switch, config_from_args
 from sampleforge.config.sources import describe_config
 
 HELP = "Train a policy (resumes an existing experiment)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--print_config", action="store_true",
+    add_switch(parser, "--print_config",
                         help="Print every resolved setting with where it came from (default, "
                         "family, preset or flag) and exit without training.")
     add_config_arguments(parser)

@@ -38,11 +38,37 @@ class ConfigArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         if message.startswith("unrecognized arguments:"):
-            known = [s for a in self._actions for s in a.option_strings]
             bad = [w for w in message.split(":", 1)[1].split() if w.startswith("--")]
-            hints = "".join(suggest_name(w.split("=")[0], known) for w in bad[:1])
+            hints = "".join(suggest_name(w.split("=")[0], self._known_flags()) for w in bad[:1])
             message = f"{message}{hints}"
         super().error(message)
+
+    def _known_flags(self) -> list[str]:
+        """Every flag of this parser and of its subcommands (unknown flags of a subcommand
+        are reported by the top-level parser)."""
+        flags = []
+        for action in self._actions:
+            flags.extend(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    flags.extend(s for a in sub._actions for s in a.option_strings)
+        return flags
+
+
+def bool_arg(value: str) -> bool:
+    """argparse type of a boolean flag's value: true/false, 1/0, yes/no, on/off."""
+    lowered = value.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{value!r} is not a boolean (use true or false)")
+
+
+def add_switch(parser: Any, flag: str, help: str) -> None:
+    """A boolean flag that takes both forms: `--flag` alone, or `--flag true|false`."""
+    parser.add_argument(flag, nargs="?", const=True, default=False, type=bool_arg,
+                        metavar="BOOL", help=help)
 
 
 def _metavar(annotation: Any) -> str:
@@ -65,8 +91,11 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         default = getattr(defaults, f.name)
         if isinstance(default, tuple):
             default = ",".join(map(str, default))
+        # a boolean flag alone means true: `--serial_mode` as well as `--serial_mode true`
+        switch = {"nargs": "?", "const": "true"} if hints[f.name] is bool else {}
         groups[group_name].add_argument(
             f"--{f.name}", type=str, default=argparse.SUPPRESS, metavar=_metavar(hints[f.name]),
+            **switch,
             # argparse treats "%" in help as a format directive.
             help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"))
 
@@ -85,5 +114,5 @@ def parse_config(argv: Sequence[str]) -> Config:
     return config_from_args(parser.parse_args(list(argv)))
 
 
-__all__ = ["ConfigArgumentParser", "add_config_arguments", "config_from_args", "parse_config",
-           "ConfigError"]
+__all__ = ["ConfigArgumentParser", "add_config_arguments", "add_switch", "bool_arg",
+           "config_from_args", "parse_config", "ConfigError"]

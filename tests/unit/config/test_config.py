@@ -226,6 +226,53 @@ def test_misspelled_flag_exits_2_and_suggests(capsys):
     assert "did you mean" in err
 
 
+@pytest.mark.parametrize("argv, hint", [
+    (["train", "--num_workrs", "2"], "--num_workers"),        # a training flag
+    (["enjoy", "--save_vido"], "--save_video"),                # a command's own flag
+    (["bench", "--swep"], "--sweep"),
+])
+def test_a_misspelled_flag_of_a_command_names_the_closest_flag(capsys, argv, hint):
+    from sampleforge.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as info:
+        build_parser().parse_args(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"did you mean '{hint}'" in err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--serial_mode"], True),                  # a config boolean alone means true
+    (["--serial_mode", "true"], True),
+    (["--serial_mode", "false"], False),
+    (["--serial_mode=no"], False),
+])
+def test_config_booleans_take_both_forms(argv, expected):
+    assert parse_config(argv).serial_mode is expected
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["enjoy", "--save_video"], True),          # a command's switch takes a value too
+    (["enjoy", "--save_video", "true"], True),
+    (["enjoy", "--save_video", "false"], False),
+    (["enjoy"], False),
+])
+def test_command_switches_take_both_forms(argv, expected):
+    from sampleforge.cli.main import build_parser
+
+    assert build_parser().parse_args(argv).save_video is expected
+
+
+def test_a_boolean_flag_with_a_non_boolean_value_is_refused(capsys):
+    from sampleforge.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["eval", "--json", "maybe"])
+    assert "'maybe' is not a boolean" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="serial_mode: 'maybe' is not a boolean"):
+        parse_config(["--serial_mode", "maybe"])
+
+
 def test_flag_abbreviations_are_refused(capsys):
     with pytest.raises(SystemExit) as info:
         parse_config(["--learning", "0.1"])
