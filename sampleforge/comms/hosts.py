@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -51,6 +52,21 @@ class ComponentSpec:
     kwargs: dict[str, Any]
     control_queue: Any  # where this component reads Pause / Resume / Stop
     torch_threads: int = 1
+
+
+def spawn_problem() -> str | None:
+    """Why spawned processes could not start from this program, or None.
+
+    A spawned child re-imports the parent's ``__main__`` from its file. A script read from
+    standard input (``python - < train.py``) has no file to re-import, so every child would
+    die at start-up with an unrelated error.
+    """
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)  # none: an interactive session or `python -c`
+    if path is None or os.path.exists(path):
+        return None
+    return (f"worker processes cannot start from a script read from {path}: save it to a file "
+            "and run `python that_file.py`, or pass serial_mode=True")
 
 
 class ProcessHost:

@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from sampleforge.comms.eval_messages import EvaluationFinished
-from sampleforge.comms.hosts import InlineHost, ProcessHost
+from sampleforge.comms.hosts import InlineHost, ProcessHost, spawn_problem
 from sampleforge.comms.messages import (
     CheckpointSaved,
     ComponentFailed,
@@ -60,7 +60,7 @@ from sampleforge.components.serial_snapshot import (
 from sampleforge.components.supervisor import ComponentDied, Supervisor
 from sampleforge.components.training_callback import CallbackSchedule, TrainingCallback
 from sampleforge.components.wiring import wire
-from sampleforge.config import Config, validate_config
+from sampleforge.config import Config, ConfigError, validate_config
 from sampleforge.envs.registry import env_info, resolve_env
 from sampleforge.telemetry import (
     EpisodeStatsWindow,
@@ -125,6 +125,9 @@ class Runner:
         self.env = env_info(cfg.env)
         check_model_fits_env(cfg, self.env)
         self.device = resolve_device(cfg.device)
+        problem = None if cfg.serial_mode else spawn_problem()
+        if problem:  # before anything is written or started
+            raise ConfigError([problem])
         self.exp, self.resume = prepare_experiment(cfg)
         threshold = cfg.stop_at_mean_return
         self.stop_at_mean_return = self.env.reward_threshold if threshold is None else threshold
