@@ -81,9 +81,10 @@ class SaveCheckpoint:
 
 @dataclass(frozen=True)
 class LoadWeights:
-    """Learner: replace the model's weights with this state dict (Python API)."""
+    """Learner: replace the model's weights with publication `version` of its incoming-weights
+    buffer (Python API). The weights themselves travel through shared memory, never a queue."""
 
-    state_dict: dict
+    version: int
 
 
 @dataclass(frozen=True)

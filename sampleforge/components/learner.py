@@ -304,11 +304,10 @@ class Learner:
             raise NonFiniteTrainingError(f"non-finite values in {', '.join(bad[:5])}; "
                                          "refusing to write a checkpoint")
 
-    def load_weights(self, model_state: dict) -> None:
-        """Replace the model's weights (Python API, PBT). The policy version moves on, so
+    def weights_replaced(self) -> None:
+        """The model's weights were replaced (Python API, PBT). The policy version moves on, so
         inference workers pick the new weights up at once and samples acted by the old ones
         count as lagging."""
-        self._load_model(model_state)
         self.policy_version += 1
 
     def _load_model(self, model_state: dict) -> None:

@@ -54,7 +54,8 @@ class LearnerWorker:
 
     def __init__(self, *, cfg: Config, policy_id: int, observation_space: gym.Space,
                  action_space: gym.Space, buffer: SharedTrajectoryBuffer,
-                 weights: dict[int, SharedPolicyWeights], inbox, free_slots,
+                 weights: dict[int, SharedPolicyWeights],
+                 incoming_weights: SharedPolicyWeights, inbox, free_slots,
                  ledger: SamplerLedger, report_queue, device: torch.device,
                  checkpoint_dir: str, frameskip: int, resume: bool):
         self.name = f"learner_p{policy_id}"
@@ -65,6 +66,7 @@ class LearnerWorker:
         # Every policy's shared weights: ours to publish, the others' to copy (PBT) and the
         # frozen opponents' to fill with snapshots.
         self.all_weights = weights
+        self.incoming_weights = incoming_weights  # set from outside: see LoadWeights
         self.weights = weights[policy_id]
         self.running = True
         if cfg.seed is not None:
@@ -134,8 +136,7 @@ class LearnerWorker:
         elif isinstance(msg, SaveCheckpoint):
             self._save(msg)
         elif isinstance(msg, LoadWeights):
-            self.learner.load_weights(msg.state_dict)
-            self._publish()
+            self._load_incoming_weights(msg.version)
         elif isinstance(msg, CopyPolicy):
             self._copy_policy(msg.source_policy)
         elif isinstance(msg, SetHyperparameters):
@@ -148,6 +149,16 @@ class LearnerWorker:
             self.running = False
         elif not isinstance(msg, (Pause, Resume)):
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _load_incoming_weights(self, version: int) -> None:
+        """Take the weights the runner published for us (nobody publishes there meanwhile: the
+        runner waits for the checkpoint queued behind LoadWeights)."""
+        got = self.incoming_weights.pull(self.learner.model, have_version=-1)
+        if got != version:
+            raise RuntimeError(f"{self.name}: incoming weights are at version {got}, "
+                               f"expected {version}")
+        self.learner.weights_replaced()
+        self._publish()
 
     def _train(self) -> None:
         t0 = time.perf_counter()

@@ -49,7 +49,7 @@ from sampleforge.comms.queue_locks import release_if_held_by
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.evaluation_hook import TrainingEvaluation
 from sampleforge.components.experiment import prepare_experiment
-from sampleforge.components.model_factory import check_model_fits_env
+from sampleforge.components.model_factory import check_model_fits_env, make_actor_critic
 from sampleforge.components.population import Population
 from sampleforge.components.serial_snapshot import (
     SNAPSHOT_FILENAME,
@@ -442,8 +442,14 @@ class Runner:
         checkpoints are written (queued behind `LoadWeights`, they acknowledge it)."""
         if self.host is None:
             self.start()
+        model = make_actor_critic(self.cfg, self.env.observation_space, self.env.action_space)
         for policy_id, state_dict in state_dicts.items():
-            send_many(self.wiring.learner_inboxes[policy_id], [LoadWeights(state_dict)])
+            model.load_state_dict(state_dict)
+            # Bulk weights through shared memory; the learner's inbox carries the version only.
+            incoming = self.wiring.incoming_weights[policy_id]
+            version = incoming.version + 1
+            incoming.publish(model, version)
+            send_many(self.wiring.learner_inboxes[policy_id], [LoadWeights(version)])
         self._save_checkpoint(final=True, score=False)
 
     def _request_checkpoint(self, final: bool, score: bool = True) -> None:

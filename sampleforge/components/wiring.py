@@ -51,6 +51,8 @@ class Wiring:
 
     buffer: SharedTrajectoryBuffer
     weights: dict[int, SharedPolicyWeights]  # trained policies and frozen snapshots
+    # Weights set from outside (Python API), on their way to each trained policy's learner.
+    incoming_weights: dict[int, SharedPolicyWeights]
     report_queue: object
     # rollout_inboxes[worker][generation]: a replacement never inherits the inbox of a killed
     # worker, whose process-shared condition variable may have been left mid-wait (signalling
@@ -104,6 +106,7 @@ def wire(cfg: Config, env_spec: EnvSpec, env: EnvInfo, device: torch.device,
     wiring = Wiring(
         buffer=SharedTrajectoryBuffer(layout),
         weights={p: SharedPolicyWeights(model_numel(probe), device) for p in acting},
+        incoming_weights={p: SharedPolicyWeights(model_numel(probe), device) for p in trained},
         report_queue=make_queue(4 << 20),
         rollout_inboxes=[[make_queue(INBOX_BYTES) for _ in range(cfg.max_component_restarts + 1)]
                          for _ in range(cfg.num_workers)],
@@ -128,7 +131,7 @@ def _learner_spec(cfg: Config, p: int, env: EnvInfo, device: torch.device,
     return ComponentSpec(f"learner_p{p}", LearnerWorker, dict(
         cfg=cfg, policy_id=p, observation_space=env.observation_space,
         action_space=env.action_space, buffer=wiring.buffer, weights=wiring.weights,
-        inbox=inbox, free_slots=wiring.free_slots, ledger=wiring.ledger,
+        incoming_weights=wiring.incoming_weights[p], inbox=inbox, free_slots=wiring.free_slots, ledger=wiring.ledger,
         report_queue=wiring.report_queue,
         device=device, checkpoint_dir=str(exp.checkpoint_dir(p)), frameskip=env.frameskip,
         resume=resume), control_queue=inbox, torch_threads=cfg.learner_torch_threads)

@@ -33,12 +33,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
 
 from sampleforge.checkpoint import CheckpointStore
 from sampleforge.comms.messages import LoadWeights
 from sampleforge.comms.queues import receive, send_many
-from sampleforge.components.model_factory import make_actor_critic
 from sampleforge.components.runner import Runner, TrainingError
 from sampleforge.config import make_config
 from sampleforge.testing.processes import is_alive, process_state
@@ -467,11 +465,8 @@ def test_exception_in_the_learner_fails_the_run_with_its_error(tmp_path):
     with BackgroundRun(_cfg(tmp_path), _train_until_it_fails) as run:
         runner = run.runner
         run.wait_until_training()
-        bad = make_actor_critic(runner.cfg, runner.env.observation_space,
-                                runner.env.action_space).state_dict()
-        key = next(k for k, v in bad.items() if v.is_floating_point() and v.dim() == 2)
-        bad[key] = torch.zeros(bad[key].shape[0] + 3, bad[key].shape[1])  # the wrong shape
-        send_many(runner.wiring.learner_inboxes[0], [LoadWeights(bad)])
+        # weights announced but never published: the learner refuses them with an exception
+        send_many(runner.wiring.learner_inboxes[0], [LoadWeights(7)])
         sent_at = time.monotonic()
         run.wait(lambda: run.error is not None, 15)
     assert isinstance(run.error, TrainingError), f"expected TrainingError, got {run.error!r}"
@@ -479,6 +474,6 @@ def test_exception_in_the_learner_fails_the_run_with_its_error(tmp_path):
     message = str(run.error)
     print(f"learner exception -> TrainingError in {elapsed:.2f} s: {message.splitlines()[0][:120]}")
     assert elapsed < 2
-    assert message.startswith("learner_p0 failed: ValueError: checkpoint does not fit")
-    assert f"size mismatch for {key}" in message  # the learner's own exception
-    assert "Traceback" in message and "load_weights" in message  # with its traceback
+    assert message.startswith("learner_p0 failed: RuntimeError: learner_p0: incoming weights "
+                              "are at version -1, expected 7")  # the learner's own exception
+    assert "Traceback" in message and "_load_incoming_weights" in message  # with its traceback
