@@ -400,6 +400,7 @@ class Runner:
         elif isinstance(msg, CheckpointSaved):
             if msg.final:
                 self._final_checkpoints.add(msg.policy_id)
+                log.info("final checkpoint of policy %d: %s", msg.policy_id, msg.path)
             # The learner may have trained a little after the last report: the checkpoint's
             # counters are the ones a resumed run continues from.
             p.env_steps[msg.policy_id] = max(p.env_steps.get(msg.policy_id, 0), msg.env_steps)

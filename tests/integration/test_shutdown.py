@@ -11,6 +11,7 @@
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -66,6 +67,8 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, 
     proc = _start(tmp_path, "sig")
     children = _wait_training(proc, tmp_path / "sig" / "progress.csv", rows=2)
     assert len(children) >= 4, "components did not start"  # learner, inference, 2 workers
+    checkpoints = tmp_path / "sig" / "checkpoints" / "p0"
+    periodic_before = {p.name: checkpoint_info(p) for p in checkpoints.glob("checkpoint_*.pt")}
     proc.send_signal(signum)
     t0 = time.monotonic()
     out, _ = proc.communicate(timeout=30)
@@ -75,8 +78,14 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, 
     assert not [p for p in children if is_alive(p)], "child processes left behind"
     assert set(os.listdir("/dev/shm")) - shm_before == set()
     assert "interrupted" in out
-    version, env_steps = _latest(tmp_path / "sig" / "checkpoints" / "p0")
+    version, env_steps = _latest(checkpoints)
     assert version > 0 and env_steps > 0
+    # The signal wrote a final checkpoint (a periodic one, every 2 s, would not be announced so),
+    # and it is the newest: no periodic checkpoint written before the signal is later.
+    final = re.search(r"final checkpoint of policy 0: (\S+)", out)
+    assert final, out
+    assert checkpoint_info(Path(final.group(1))) == (version, env_steps)
+    assert all(steps <= env_steps for _, steps in periodic_before.values()), periodic_before
 
     cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), experiment="sig",
                       device="cpu", stop_at_mean_return=float("inf"))
