@@ -1,39 +1,60 @@
-"""Atari learning curves with the family defaults: return against frames and wall time.
+"""Learning curves with the family defaults: mean return against frames and wall time.
 
-    python benchmarks/atari_curves.py --env atari_breakout --seeds 1 2 3 --frames 10000000
-    python benchmarks/atari_curves.py --env atari_breakout --seeds 1 --minutes 30   # a quick look
+    python benchmarks/learning_curves.py --env atari_breakout --seeds 1 2 3 --frames 10000000
+    python benchmarks/learning_curves.py --env atari_breakout --seeds 1 --frames 2000000
+    python benchmarks/learning_curves.py --env HalfCheetah-v5 --seeds 1 2 3 --frames 1000000
 
 Each seed trains `sampleforge train --env ENV` with nothing but the seed and the budget given
-(the atari family's settings), one after another on the whole machine. Prints, per seed, the
-frames and wall time at which the mean return (last 100 games) first reached each target, and
-draws both curves into `--out/<env>_curves.png` next to the reference points of Sample Factory
-2.1.1 run on the same 2-core machine with its own Atari example settings (issue 13), whose
-wall times are the frames over its measured 952 frames/s except the 21 minutes to 20.3, which
-was timed. CleanRL's published `ppo_atari.py` returns at 10M frames (3 seeds, mean of the
-last episodes; docs/rl-algorithms/ppo.md of vwxyzjn/cleanrl) are drawn on the frames plot.
+(the env family's settings), one after another on the whole machine. Prints, per seed, the
+frames and wall time at which the mean return (last 100 episodes) first reached each target
+(default: the references' returns), and draws both curves into `--out/<env>_curves.png` next
+to the reference points below.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 from sampleforge.telemetry.learning_curves import RETURN, read_run
 
-# (frames, mean return, wall seconds) of Sample Factory 2.1.1 on this machine.
-SAMPLE_FACTORY_HERE = {
-    "atari_breakout": [(470_000, 10.2, 470_000 / 952), (1_310_000, 20.3, 21 * 60),
-                       (2_000_000, 24.9, 2_000_000 / 952)],
-}
 
-# (frames, mean return) of CleanRL's ppo_atari.py, published (BreakoutNoFrameskip-v4 414.66 +-
-# 28.09, PongNoFrameskip-v4 20.36 +- 0.20, at 10M frames).
-CLEANRL_PUBLISHED = {
-    "atari_breakout": (10_000_000, 414.66),
-    "atari_pong": (10_000_000, 20.36),
+@dataclass(frozen=True)
+class Reference:
+    """Published or measured returns of another system: (frames, return, wall seconds or
+    None) points."""
+
+    label: str
+    marker: str
+    points: tuple[tuple[float, float, float | None], ...]
+
+
+# Sample Factory 2.1.1 with its own Atari example settings, run on this 2-core machine for
+# issue 13 (16 SGD steps per 1,024 samples, as the atari family): wall times are the frames
+# over its measured 952 frames/s, except the 21 minutes to 20.3, which was timed.
+_SF_BREAKOUT = Reference("Sample Factory 2.1.1, same machine", "k^", (
+    (470_000, 10.2, 470_000 / 952), (1_310_000, 20.3, 21 * 60),
+    (2_000_000, 24.9, 2_000_000 / 952)))
+
+
+def _cleanrl(script: str, frames: float, score: float) -> Reference:
+    return Reference(f"CleanRL {script}, published", "rs", ((frames, score, None),))
+
+
+# CleanRL's published final returns (vwxyzjn/cleanrl, docs/rl-algorithms/ppo.md): ppo_atari.py
+# at 10M frames (BreakoutNoFrameskip-v4 414.66 +- 28.09, PongNoFrameskip-v4 20.36 +- 0.20);
+# ppo_continuous_action.py at 1M steps of the v2 tasks (HalfCheetah 1822.82 +- 928.11, Hopper
+# 2231.12 +- 656.72, Walker2d 3050.09 +- 1136.21).
+REFERENCES: dict[str, list[Reference]] = {
+    "atari_breakout": [_SF_BREAKOUT, _cleanrl("ppo_atari.py", 10e6, 414.66)],
+    "atari_pong": [_cleanrl("ppo_atari.py", 10e6, 20.36)],
+    "HalfCheetah-v5": [_cleanrl("ppo_continuous_action.py", 1e6, 1822.82)],
+    "Hopper-v5": [_cleanrl("ppo_continuous_action.py", 1e6, 2231.12)],
+    "Walker2d-v5": [_cleanrl("ppo_continuous_action.py", 1e6, 3050.09)],
 }
 
 
@@ -75,22 +96,24 @@ def plot(env: str, paths: list[Path], output: Path) -> Path:
                 most_frames = max(most_frames, float(xs[-1]))
             ax.plot(xs / (1e6 if x == "env_steps" else 60.0), ys, color=f"C{index}",
                     label=f"sampleforge, {path.name}")
-    for frames, score, seconds in SAMPLE_FACTORY_HERE.get(env, []):
-        by_frames.plot(frames / 1e6, score, "k^")
-        by_time.plot(seconds / 60.0, score, "k^")
-    if env in SAMPLE_FACTORY_HERE:
-        for ax in (by_frames, by_time):
-            ax.plot([], [], "k^", label="Sample Factory 2.1.1, same machine")
-    if env in CLEANRL_PUBLISHED and CLEANRL_PUBLISHED[env][0] <= 1.2 * most_frames:
-        frames, score = CLEANRL_PUBLISHED[env]  # only on runs that long: it sets the scale
-        by_frames.plot(frames / 1e6, score, "rs", label="CleanRL ppo_atari.py, published")
+    for ref in REFERENCES.get(env, []):
+        # a point far beyond the runs would only squash their curves
+        points = [p for p in ref.points if p[0] <= 1.2 * most_frames]
+        for frames, score, seconds in points:
+            by_frames.plot(frames / 1e6, score, ref.marker)
+            if seconds is not None:
+                by_time.plot(seconds / 60.0, score, ref.marker)
+        if points:
+            by_frames.plot([], [], ref.marker, label=ref.label)
+            if any(seconds is not None for _, _, seconds in points):
+                by_time.plot([], [], ref.marker, label=ref.label)
     by_frames.set_xlabel("frames (millions)")
     by_time.set_xlabel("wall time (minutes)")
     for ax in (by_frames, by_time):
-        ax.set_ylabel("mean return, last 100 games")
+        ax.set_ylabel("mean return, last 100 episodes")
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
-    figure.suptitle(f"{env}: atari family defaults")
+    figure.suptitle(f"{env}: family defaults")
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
     return output
@@ -102,8 +125,9 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--frames", type=int, default=10_000_000)
     parser.add_argument("--minutes", type=float, default=None, help="cap on each run")
-    parser.add_argument("--targets", type=float, nargs="+", default=[10.0, 20.0, 25.0])
-    parser.add_argument("--train_dir", type=Path, default=Path("train_dir/atari_curves"))
+    parser.add_argument("--targets", type=float, nargs="+", default=None,
+                        help="returns to time (default: the references' returns)")
+    parser.add_argument("--train_dir", type=Path, default=Path("train_dir/learning_curves"))
     parser.add_argument("--out", type=Path, default=Path("docs"))
     parser.add_argument("--plot_only", action="store_true",
                         help="redraw from the runs already in --train_dir")
@@ -112,9 +136,11 @@ def main() -> None:
     if not args.plot_only:
         paths = [train_seed(args.env, seed, args.frames, args.minutes, args.train_dir)
                  for seed in args.seeds]
+    targets = args.targets or sorted({score for ref in REFERENCES.get(args.env, [])
+                                      for _, score, _ in ref.points})
     for path in paths:
         cells = []
-        for target in args.targets:
+        for target in targets:
             reached = first_reach(path, target)
             cells.append(f"{target:g}: " + ("not reached" if reached is None else
                                             f"{reached[0] / 1e6:.2f}M frames, "
