@@ -48,7 +48,6 @@ from sampleforge.evaluation.policy_files import (
 )
 from sampleforge.telemetry import RunSummary
 
-_DEFAULTS = Config()
 StateDict = dict[str, torch.Tensor]
 ParameterSource = Union[Mapping[str, torch.Tensor], str, Path]
 
@@ -61,9 +60,9 @@ class ActorCriticAlgorithm:
 
     algorithm: ClassVar[str]
 
-    def __init__(self, env: EnvArgument, *, encoder: str = _DEFAULTS.encoder,
-                 num_envs_per_worker: int = _DEFAULTS.num_envs_per_worker,
-                 num_workers: int = _DEFAULTS.num_workers, device: str = _DEFAULTS.device,
+    def __init__(self, env: EnvArgument, *, encoder: Optional[str] = None,
+                 num_envs_per_worker: Optional[int] = None, num_workers: Optional[int] = None,
+                 device: Optional[str] = None,
                  policy_kwargs: Optional[Mapping[str, Any]] = None, **config: Any) -> None:
         """Validate the settings and prepare the experiment folder; no process starts yet.
 
@@ -71,8 +70,10 @@ class ActorCriticAlgorithm:
             env (`fn()` or `fn(context: EnvContext)`; top-level, so worker processes can
             import it). policy_kwargs: model settings (mlp_hidden_sizes, activation, rnn,
             rnn_size, shared_weights, normalize_obs). config: any other `Config` field.
-            Unless given, `experiment` is a new unique name (nothing is resumed) and
-            `stop_at_mean_return` is off (`train(n)` trains n env steps).
+            A setting not given (None for the named ones) comes from the env's family or the
+            `Config` default, as on the command line. Unless given, `experiment` is a new
+            unique name (nothing is resumed) and `stop_at_mean_return` is off (`train(n)`
+            trains n env steps).
         Raises ConfigError listing every bad setting, UnknownEnvError for an unknown env.
         """
         name = env_name(env)
@@ -312,7 +313,8 @@ def _merge_settings(policy_kwargs: Optional[Mapping[str, Any]], config: Mapping[
                             ", not a keyword")
     if problems:
         raise ConfigError(problems)
-    return {**named, **model_kwargs, **config}
+    given = {k: v for k, v in named.items() if v is not None}  # None: the family's or default
+    return {**given, **model_kwargs, **config}
 
 
 def _unique_experiment(algorithm: str, env: str) -> str:

@@ -175,6 +175,21 @@ def test_every_config_field_is_a_keyword_validated_like_the_cli(tmp_path):
         APPO("CartPol-v1", train_dir=str(tmp_path))
 
 
+def test_the_env_family_applies_unless_a_keyword_says_otherwise(tmp_path):
+    from sampleforge.config.families import family_settings
+    from sampleforge.config.sources import config_sources
+
+    atari = family_settings("atari")
+    with APPO("atari_breakout", train_dir=str(tmp_path)) as m:
+        for name in ("num_envs_per_worker", "num_workers", "encoder", "num_epochs"):
+            assert getattr(m.cfg, name) == atari[name], name
+            assert config_sources(m.cfg)[name] == "family", name
+    with APPO("atari_breakout", num_envs_per_worker=4, encoder="conv_simple",
+              train_dir=str(tmp_path)) as m:
+        assert m.cfg.num_envs_per_worker == 4 and m.cfg.encoder == "conv_simple"
+        assert config_sources(m.cfg)["num_envs_per_worker"] == "flag"
+
+
 def test_model_settings_and_algorithm(tmp_path):
     with IMPALA("CartPole-v1", policy_kwargs={"mlp_hidden_sizes": (32,), "rnn": "gru",
                                               "rnn_size": 16},
