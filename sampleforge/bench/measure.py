@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from sampleforge.comms.heap import reuse_freed_tensor_memory
@@ -29,6 +30,7 @@ from sampleforge.components.learner import Learner
 from sampleforge.components.model_factory import make_actor_critic
 from sampleforge.components.runner import Runner
 from sampleforge.config import Config
+from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec, env_info, make_env, resolve_env
 from sampleforge.spaces import action_spec, observation_specs
 
@@ -36,25 +38,29 @@ from sampleforge.spaces import action_spec, observation_specs
 
 
 def _simulate(env_spec: EnvSpec, num_envs: int, seconds: float, index: int) -> int:
-    """Step `num_envs` envs with random actions for `seconds`; returns agent steps."""
+    """Step `num_envs` envs with random actions for `seconds`; returns agent steps (every seat
+    of a multi-agent env counts, as in training)."""
     torch.set_num_threads(1)
     reuse_freed_tensor_memory()  # as in a rollout worker
     envs = [make_env(env_spec, EnvContext(worker_index=index, env_index=i, seed=index * 1000 + i))
             for i in range(num_envs)]
     for env in envs:
         env.reset()
+    seats = envs[0].num_agents if isinstance(envs[0], MultiAgentEnv) else None
     space = envs[0].action_space
-    actions = [space.sample() for _ in range(1024)]  # sampling is not simulation
+    # Sampling is not simulation: draw the actions beforehand.
+    actions = [space.sample() if seats is None else [space.sample() for _ in range(seats)]
+               for _ in range(1024)]
     steps, deadline = 0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         for env in envs:
             _, _, terminated, truncated, _ = env.step(actions[steps % 1024])
-            if terminated or truncated:
+            if np.all(np.logical_or(terminated, truncated)):  # every seat done
                 env.reset()
             steps += 1
     for env in envs:
         env.close()
-    return steps
+    return steps * (seats or 1)
 
 
 def pure_simulation_fps(env_name: str, *, processes: int, envs_per_process: int,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -44,15 +45,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    base = _bench_config(args)
+    try:
+        if args.sweep:
+            return _sweep(args, base)
+        if args.tune:
+            return _tune(args, base)
+        return _measure(args, base)
+    finally:
+        shutil.rmtree(base.train_dir, ignore_errors=True)  # the throwaway experiments
+
+
+def _measure(args: argparse.Namespace, base) -> int:
+    """The three measurements and their ratios (the default mode)."""
     from sampleforge.bench.measure import compute_costs, pure_simulation_fps, training_fps
     from sampleforge.bench.report import BenchReport
     from sampleforge.telemetry.bottleneck import bottleneck
 
-    base = _bench_config(args)
-    if args.sweep:
-        return _sweep(args, base)
-    if args.tune:
-        return _tune(args, base)
     frameskip = _frameskip(base.env)
     print(f"measuring pure simulation of {base.env} on {args.cores} cores ...", file=sys.stderr)
     pure = pure_simulation_fps(base.env, processes=args.cores,
@@ -95,6 +104,7 @@ def _frameskip(env: str) -> int:
 def _sweep(args: argparse.Namespace, base) -> int:
     from sampleforge.bench.measure import training_fps
 
+    _check_plotting()  # before the sweep, not after minutes of it
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -143,6 +153,14 @@ def _tune(args: argparse.Namespace, base) -> int:
           f"--worker_num_splits {splits} ({fps:,.0f} frames/s, policy lag {lag:.1f}); check "
           "that the lag suits learning before adopting it")
     return 0
+
+
+def _check_plotting() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit("bench --sweep draws a PNG and needs matplotlib: "
+                         "pip install matplotlib") from None
 
 
 def _plot_sweep(rows: list[dict], env: str, path: Path) -> Path:

@@ -2,6 +2,9 @@
 
 import csv
 import json
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -12,8 +15,14 @@ SMALL = ["--env", "CartPole-v1", "--device", "cpu", "--num_workers", "1",
 
 
 @pytest.mark.timeout(300)
+def _bench_folders() -> set[Path]:
+    return set(Path(tempfile.gettempdir()).glob("sampleforge_bench_*"))
+
+
 def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
+    before = _bench_folders()
     assert main(["bench", *SMALL, "--json"]) == 0
+    assert _bench_folders() == before  # its throwaway experiment is gone
     out = capsys.readouterr().out
     data = json.loads(out.strip().splitlines()[-1])
     assert data["env"] == "CartPole-v1" and data["num_envs"] == 8
@@ -33,10 +42,20 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
 @pytest.mark.timeout(300)
 def test_sweep_writes_fps_and_memory_per_env_to_csv_and_png(tmp_path, capsys):
     out = tmp_path / "sweep"
+    before = _bench_folders()
     assert main(["bench", *SMALL, "--sweep", "--sweep_envs", "8,16", "--out", str(out)]) == 0
+    assert _bench_folders() == before
     with open(out / "sweep_CartPole-v1.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["num_envs"]) for r in rows] == [8, 16]
     for row in rows:
         assert float(row["train_fps"]) > 0 and float(row["memory_mb_per_env"]) > 0
     assert (out / "sweep_CartPole-v1.png").stat().st_size > 1000
+
+
+def test_sweep_without_matplotlib_fails_before_measuring_anything(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    before = _bench_folders()
+    with pytest.raises(SystemExit, match="needs matplotlib"):
+        main(["bench", *SMALL, "--sweep", "--out", str(tmp_path / "sweep")])
+    assert not (tmp_path / "sweep").exists() and _bench_folders() == before
