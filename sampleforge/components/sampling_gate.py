@@ -19,8 +19,9 @@ more steps before the learner needed it, the lead shrinks by one, and when whole
 were found waiting as training started, by a dataset's steps each. Feedback rather than a
 model of sampling speed, because on a small machine sampling slows down while the learner
 trains and speeds up while it waits. A measured lead never exceeds what the trajectory slots
-can hold, nor what would take the mean lag past `MEAN_LAG_TARGET`: where the learner is the
-slow part, that costs some speed (set the lead explicitly to trade lag for speed).
+can hold, nor `measured_lead_bound`: what would take the mean lag past `MEAN_LAG_TARGET`, or
+past 1.25 times the lag a dataset's own epochs make where that is larger. Where the learner
+is the slow part, that costs some speed (set the lead explicitly to trade lag for speed).
 
 Must not: touch the batcher, the queues or the model (the learner worker feeds it numbers).
 """
@@ -37,6 +38,9 @@ from sampleforge.buffers.sampler_ledger import SamplerLedger
 _FIRST_LEAD = 1
 # A measured lead stops where the mean policy lag, about (steps per dataset + lead) / 2, would
 # pass the paper's 5-10 SGD steps: beyond, a learner-bound run buys speed with staleness.
+# Where a dataset's own epochs already make more lag than that (PPO's 10 epochs of 32
+# minibatches on MuJoCo: 320 SGD steps), the lead may add a quarter to it, so that sampling
+# still overlaps learning.
 MEAN_LAG_TARGET = 10
 # Weight of the newest SGD step time in its running mean.
 _SMOOTHING = 0.25
@@ -58,8 +62,7 @@ class SamplingGate:
         # A lead of k datasets asks for k + 1 of them: never more than the slots hold.
         self.max_lead = sgd_steps_per_dataset * max(1, ledger.num_slots // dataset_slots - 1)
         if self.measured:
-            lag_bound = max(0, 2 * MEAN_LAG_TARGET - sgd_steps_per_dataset)
-            self.max_lead = min(self.max_lead, lag_bound)
+            self.max_lead = min(self.max_lead, measured_lead_bound(sgd_steps_per_dataset))
         self.lead = min(_FIRST_LEAD, sgd_steps_per_dataset) if self.measured else lead_sgd_steps
         self.clock = clock
         self.sgd_steps_left = 0  # of the dataset being trained on
@@ -73,7 +76,7 @@ class SamplingGate:
         """The learner starts a dataset; `staged_trajectories` counts it and any beyond it."""
         now = self.clock()
         if self.measured and self._training_ended_at is not None and self.step_seconds:
-            waiting = self._complete_datasets_beyond(staged_trajectories, current=True)
+            waiting = self._complete_datasets_beyond(staged_trajectories)
             self._adjust_lead(waited=now - self._training_ended_at, datasets_waiting=waiting)
         self.sgd_steps_left = self.sgd_steps_per_dataset
         self._last_step_at = now
@@ -107,11 +110,12 @@ class SamplingGate:
     def _slots_for(self, trajectories: int) -> int:
         return -(-trajectories // self.rows_per_slot)
 
-    def _complete_datasets_beyond(self, staged_trajectories: int, current: bool) -> int:
-        """Whole datasets sampled (staged, or finished and on their way) beyond the current."""
+    def _complete_datasets_beyond(self, staged_trajectories: int) -> int:
+        """Whole datasets sampled (staged, or finished and on their way) beyond the current
+        one, which `staged_trajectories` includes."""
         finished = (self.ledger.slots_in_flight(self.policy_id)
                     - self.ledger.slots_being_filled())
-        beyond = (staged_trajectories - (self.dataset_trajectories if current else 0)
+        beyond = (staged_trajectories - self.dataset_trajectories
                   + finished * self.rows_per_slot)
         return max(beyond, 0) // self.dataset_trajectories
 
@@ -122,7 +126,7 @@ class SamplingGate:
             return
         all_finished = (self.ledger.slots_being_filled() == 0
                         and self.ledger.slots_in_flight(self.policy_id) > 0)
-        if all_finished or self._complete_datasets_beyond(staged_trajectories, current=True):
+        if all_finished or self._complete_datasets_beyond(staged_trajectories):
             self._steps_left_when_sampled = self.sgd_steps_left
 
     def _adjust_lead(self, waited: float, datasets_waiting: int) -> None:
@@ -133,6 +137,13 @@ class SamplingGate:
         elif (self._steps_left_when_sampled or 0) >= 2:
             self.lead -= 1
         self.lead = max(0, min(self.lead, self.max_lead))
+
+
+def measured_lead_bound(sgd_steps_per_dataset: int) -> int:
+    """The largest measured lead: the mean lag, about (S + lead) / 2, stays within
+    MEAN_LAG_TARGET, or within 1.25 times the S / 2 a dataset's own epochs make."""
+    s = sgd_steps_per_dataset
+    return max(0, 2 * MEAN_LAG_TARGET - s, s // 4)
 
 
 def _running_mean(mean: float | None, x: float) -> float:

@@ -13,7 +13,7 @@ import csv
 import pytest
 
 from sampleforge.components.runner import Runner
-from sampleforge.components.sampling_gate import MEAN_LAG_TARGET
+from sampleforge.components.sampling_gate import measured_lead_bound
 from sampleforge.config import make_config
 
 EPOCHS, MINIBATCHES = 4, 2
@@ -43,8 +43,8 @@ def test_a_slow_learner_gets_fresh_samples_and_drops_none(tmp_path, lead):
     assert summary.mean_policy_lag is not None
     # A dataset's samples were acted by at most `lead` steps before its first SGD step, and
     # its last minibatch trains STEPS_PER_DATASET - 1 steps later: mean about (8 + lead) / 2.
-    # A measured lead stops where that mean would pass MEAN_LAG_TARGET.
-    lead_bound = lead if lead is not None else 2 * MEAN_LAG_TARGET - STEPS_PER_DATASET
+    # A measured lead stops where that mean would pass the lag target.
+    lead_bound = lead if lead is not None else measured_lead_bound(STEPS_PER_DATASET)
     assert summary.mean_policy_lag <= (STEPS_PER_DATASET + lead_bound) / 2 + 1
     for row in rows:
         assert float(row["learner/dropped_stale_fraction"]) == 0.0, row

@@ -8,7 +8,7 @@ rollout workers. The return is 1 per step the pole stays up, at most 1000.
 Measured on the 2-core machine (2026-11-25, seeds 1-3): solved at 135k, 127k and 127k agent
 steps in 63-71 s; the budget (the linear learning-rate decay is tied to it) leaves ~2x
 headroom. (With the earlier 2 minibatches of 1,024: 139k-152k steps in 20 s each.) The
-policy lag, 185-198 SGD steps, is the recipe's own 320 SGD steps per dataset.
+policy lag (185-198 SGD steps then) is mostly the recipe's own 320 SGD steps per dataset.
 """
 
 from importlib.util import find_spec

@@ -193,3 +193,12 @@ def test_a_measured_lead_stops_at_the_mean_lag_target(monkeypatch):
     assert gate.lead == 4
     fixed, _, _ = _gate(lead=9)
     assert fixed.lead == 9  # a lead the user sets is theirs
+
+
+@pytest.mark.parametrize("steps, bound", [
+    (4, 16), (8, 12), (16, 4),  # mean lag (S + lead) / 2 within 10
+    (20, 5), (320, 80),         # the epochs alone make more: the lead adds a quarter
+])
+def test_the_measured_lead_bound_keeps_the_mean_lag_near_its_target(monkeypatch, steps, bound):
+    monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
+    assert sampling_gate.measured_lead_bound(steps) == bound
