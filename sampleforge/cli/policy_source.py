@@ -44,7 +44,8 @@ def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Which weights: the latest checkpoint, best (best training mean "
                         "return), best_eval (best evaluation mean return), or a checkpoint "
                         "file. (default: latest)")
-    add_config_arguments(parser)
+    add_config_arguments(parser, heading="training settings",
+                         note="Read from the experiment's config.json; a flag overrides.")
 
 
 def policy_from_args(args: argparse.Namespace) -> PolicySource:

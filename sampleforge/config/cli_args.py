@@ -79,15 +79,24 @@ def _metavar(annotation: Any) -> str:
     return getattr(inner, "__name__", "VALUE").upper()
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per Config field, grouped as in the schema, defaults shown in --help."""
+def add_config_arguments(parser: argparse.ArgumentParser, heading: str | None = None,
+                         note: str | None = None) -> None:
+    """Add one flag per Config field, grouped as in the schema, defaults shown in --help.
+
+    For commands that only read a run's settings (enjoy, eval, export): `heading` prefixes
+    every group title and `note` describes the first, so that the command's own flags, added
+    before, stand apart.
+    """
     hints = typing.get_type_hints(Config)
     defaults = Config()
     groups: dict[str, argparse._ArgumentGroup] = {}
     for f in config_fields():
         group_name = f.metadata["group"]
         if group_name not in groups:
-            groups[group_name] = parser.add_argument_group(_GROUP_TITLES.get(group_name, group_name))
+            title = _GROUP_TITLES.get(group_name, group_name)
+            groups[group_name] = parser.add_argument_group(
+                title if heading is None else f"{heading}: {title}",
+                description=None if groups else note)
         default = getattr(defaults, f.name)
         if isinstance(default, tuple):
             default = ",".join(map(str, default))

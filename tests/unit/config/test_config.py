@@ -389,3 +389,20 @@ def test_num_workers_auto_is_one_per_core():
     cores = len(os.sched_getaffinity(0))
     assert make_config(num_workers="auto").num_workers == cores
     assert parse_config(["--num_workers", "auto"]).num_workers == cores
+
+
+@pytest.mark.parametrize("command, own_flag", [("enjoy", "--save_video"), ("eval", "--json"),
+                                               ("export", "--checkpoint")])
+def test_policy_commands_show_their_own_flags_before_the_training_settings(capsys, command,
+                                                                            own_flag):
+    from sampleforge.cli.main import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    help_text = capsys.readouterr().out
+    body = help_text[help_text.index("\noptions:"):]  # past the usage line, which lists all
+    heading = body.index("training settings: experiment:")
+    assert "Read from the experiment's config.json" in body
+    assert body.index(own_flag) < heading < body.index("--learning_rate")
+    assert "\nlearner and loss:" not in body  # every training group sits under the heading
+    assert "training settings: learner and loss:" in body
