@@ -69,6 +69,7 @@ class LearnerWorker:
         self.incoming_weights = incoming_weights  # set from outside: see LoadWeights
         self.weights = weights[policy_id]
         self.running = True
+        self.paused = True  # trains only between the runner's Resume and Pause
         if cfg.seed is not None:
             # Same initial weights for the same seed; different ones across the population.
             torch.manual_seed(cfg.seed + 7919 * policy_id)
@@ -106,7 +107,7 @@ class LearnerWorker:
 
     def poll(self, timeout: float) -> None:
         """Stage arrived trajectories and handle commands; train whenever a dataset is complete."""
-        for msg in receive(self.inbox, 0.0 if self._arrived else timeout):
+        for msg in receive(self.inbox, 0.0 if self._arrived and not self.paused else timeout):
             self._handle(msg)
         if not self.running:
             return  # stopping: don't start another training iteration
@@ -114,7 +115,7 @@ class LearnerWorker:
             self.batcher.add(self._arrived.popleft())
         self.batcher.return_slots()
         self._gate_sampling()
-        if self.batcher.ready():
+        if self.batcher.ready() and not self.paused:
             self._train()
 
     def close(self) -> None:
@@ -147,7 +148,9 @@ class LearnerWorker:
             frozen.publish(self.learner.model, frozen.version + 1)
         elif isinstance(msg, Stop):
             self.running = False
-        elif not isinstance(msg, (Pause, Resume)):
+        elif isinstance(msg, (Pause, Resume)):
+            self.paused = isinstance(msg, Pause)
+        else:
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
 
     def _load_incoming_weights(self, version: int) -> None:

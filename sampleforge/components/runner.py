@@ -239,7 +239,7 @@ class Runner:
         self.fps = FpsMeter()
         bar = ProgressBar(target, initial=steps_at_start)
         self._training = True
-        self._broadcast_to_rollout(Resume())
+        self._broadcast_to_samplers_and_learners(Resume())
         try:
             reason = self._loop(target, seconds, started, bar)
             if self.cfg.serial_mode and self.cfg.serial_snapshot:  # before anything reacts
@@ -247,7 +247,7 @@ class Runner:
         finally:
             bar.close()
             self._training = False
-        self._broadcast_to_rollout(Pause())
+        self._broadcast_to_samplers_and_learners(Pause())
         self._save_checkpoint(final=True)
         self._drain_reports(0.2)  # statistics the workers flushed when they paused
         summary = self._summary(reason, started, training_started, steps_at_start)
@@ -535,9 +535,13 @@ class Runner:
             experiment=self.cfg.experiment_name, stopped_because=reason)
 
     # --- signals --------------------------------------------------------------------------------
-    def _broadcast_to_rollout(self, msg) -> None:
+    def _broadcast_to_samplers_and_learners(self, msg) -> None:
+        """Pause or Resume. Learners pause too, so that the final checkpoint is the last
+        training state: trajectories that arrive after the pause wait for the next `train`."""
         for w in range(self.cfg.num_workers):
             send_many(self.wiring.rollout_inbox(w), [msg])
+        for inbox in self.wiring.learner_inboxes.values():
+            send_many(inbox, [msg])
 
     def _install_signal_handlers(self):
         """While `start` or `train` runs, SIGINT/SIGTERM end it cleanly (a final checkpoint,

@@ -1,0 +1,132 @@
+"""A learner worker alone, with its neighbours played by the test.
+
+The test fills slots of a real shared trajectory buffer as a rollout worker would, sends the
+`TrajectoryReady` messages and runner commands to the learner's inbox, and reads what comes back:
+training reports, published weights, returned slots and checkpoints.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from sampleforge.buffers.sampler_ledger import SamplerLedger
+from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
+from sampleforge.checkpoint.store import checkpoint_info
+from sampleforge.comms.messages import (
+    CheckpointSaved,
+    LearnerReady,
+    Pause,
+    Resume,
+    SaveCheckpoint,
+    TrainingReport,
+    TrajectoryReady,
+)
+from sampleforge.comms.queues import make_queue, receive, send_many
+from sampleforge.components.learner_worker import LearnerWorker
+from sampleforge.components.model_factory import make_actor_critic
+from sampleforge.components.wiring import trajectory_layout
+from sampleforge.config import make_config
+from sampleforge.envs.registry import env_info
+
+
+class Neighbours:
+    """The queues and buffers around one learner, and helpers to play its neighbours."""
+
+    def __init__(self, tmp_path):
+        self.cfg = make_config(env="CartPole-v1", num_workers=1, num_envs_per_worker=4,
+                               worker_num_splits=1, rollout=8, batch_size=64,
+                               num_batches_per_epoch=1, num_epochs=2, device="cpu", seed=0,
+                               train_dir=str(tmp_path))
+        info = env_info("CartPole-v1")
+        model = make_actor_critic(self.cfg, info.observation_space, info.action_space)
+        self.buffer = SharedTrajectoryBuffer(trajectory_layout(self.cfg, info, model.rnn_state_size))
+        self.ledger = SamplerLedger(1, self.buffer.layout.num_slots)
+        self.weights = {0: SharedPolicyWeights(model_numel(model))}
+        self.inbox, self.free, self.reports = make_queue(), make_queue(), make_queue(4 << 20)
+        self.checkpoint_dir = tmp_path / "checkpoints"
+        self.worker = LearnerWorker(
+            cfg=self.cfg, policy_id=0, observation_space=info.observation_space,
+            action_space=info.action_space, buffer=self.buffer, weights=self.weights,
+            incoming_weights=SharedPolicyWeights(model_numel(model)), inbox=self.inbox,
+            free_slots=self.free, ledger=self.ledger, report_queue=self.reports,
+            device=torch.device("cpu"), checkpoint_dir=str(self.checkpoint_dir),
+            frameskip=1, resume=False)
+        self._next_slot = 0
+        self.rng = np.random.default_rng(0)
+
+    def finished_slot(self) -> TrajectoryReady:
+        """Fill the next slot with a plausible rollout by policy 0 and hand it over."""
+        slot, b = self._next_slot, self.buffer
+        self._next_slot += 1
+        b.obs["obs"][slot] = torch.from_numpy(self.rng.normal(size=b.obs["obs"][slot].shape))
+        b.actions[slot] = torch.from_numpy(self.rng.integers(0, 2, b.actions[slot].shape))
+        b.rewards[slot], b.dones[slot], b.valids[slot] = 1.0, 0, 1
+        b.log_probs[slot], b.values[slot] = float(np.log(0.5)), 0.0
+        b.policy_versions[slot], b.policy_ids[slot] = 0, 0
+        self.ledger.hand_over(slot, [0])
+        return TrajectoryReady(policy_id=0, slot=slot, rows=None, worker=0)
+
+    def a_dataset(self) -> list[TrajectoryReady]:
+        slots = self.worker.batcher.dataset_trajectories // self.buffer.layout.rows_per_slot
+        return [self.finished_slot() for _ in range(slots)]
+
+    def run(self, messages: list, polls: int = 3) -> list:
+        """Send `messages` (in order), let the learner poll, and return what it reported."""
+        send_many(self.inbox, messages)
+        for _ in range(polls):
+            self.worker.poll(0.01)
+        return receive(self.reports, 0.05)
+
+
+@pytest.fixture
+def learner(tmp_path):
+    return Neighbours(tmp_path)
+
+
+def test_ready_message_carries_the_start_counters(learner):
+    (ready,) = receive(learner.reports, 0.1)
+    assert isinstance(ready, LearnerReady) and ready.policy_version == 0
+    assert learner.weights[0].version == 0  # the initial weights are published before anything
+
+
+def test_trains_a_complete_dataset_publishes_every_sgd_step_and_returns_the_slots(learner):
+    dataset = learner.a_dataset()
+    receive(learner.reports, 0.1)
+    reports = learner.run([Resume(), *dataset])
+    (training,) = [r for r in reports if isinstance(r, TrainingReport)]
+    sgd_steps = learner.cfg.num_epochs * learner.cfg.num_batches_per_epoch
+    assert training.policy_version == sgd_steps
+    assert learner.weights[0].version == sgd_steps
+    assert training.env_steps == learner.cfg.dataset_size
+    assert sorted(receive(learner.free, 0.1)) == [m.slot for m in dataset]
+
+
+def test_an_incomplete_dataset_waits(learner):
+    dataset = learner.a_dataset()
+    reports = learner.run([Resume(), *dataset[:-1]])
+    assert not any(isinstance(r, TrainingReport) for r in reports)
+    assert learner.weights[0].version == 0
+
+
+def test_paused_learner_stages_but_does_not_train_until_resumed(learner):
+    dataset = learner.a_dataset()
+    reports = learner.run([Resume(), Pause(), *dataset])
+    assert not any(isinstance(r, TrainingReport) for r in reports)
+    assert learner.weights[0].version == 0
+    reports = learner.run([Resume()])
+    assert any(isinstance(r, TrainingReport) for r in reports)
+
+
+def test_final_checkpoint_after_a_pause_is_the_last_training_state(learner):
+    """Trajectories that arrive in the same inbox read as the pause and the checkpoint request
+    must not be trained after the checkpoint is written (the final checkpoint would then miss
+    the last SGD steps the runner reported)."""
+    first, second = learner.a_dataset(), learner.a_dataset()
+    learner.run([Resume(), *first])
+    version = learner.weights[0].version
+    reports = learner.run([*second, Pause(), SaveCheckpoint(final=True, mean_return=None)])
+    (saved,) = [r for r in reports if isinstance(r, CheckpointSaved)]
+    assert saved.final
+    assert checkpoint_info(saved.path)[0] == version == learner.weights[0].version
+    assert not any(isinstance(r, TrainingReport) for r in reports)
