@@ -36,9 +36,15 @@ class Reference:
 # Sample Factory 2.1.1 with its own Atari example settings, run on this 2-core machine for
 # issue 13 (16 SGD steps per 1,024 samples, as the atari family): wall times are the frames
 # over its measured 952 frames/s, except the 21 minutes to 20.3, which was timed.
-_SF_BREAKOUT = Reference("Sample Factory 2.1.1, same machine", "k^", (
-    (470_000, 10.2, 470_000 / 952), (1_310_000, 20.3, 21 * 60),
-    (2_000_000, 24.9, 2_000_000 / 952)))
+_SF_BREAKOUT = Reference(
+    "Sample Factory 2.1.1, same machine",
+    "k^",
+    (
+        (470_000, 10.2, 470_000 / 952),
+        (1_310_000, 20.3, 21 * 60),
+        (2_000_000, 24.9, 2_000_000 / 952),
+    ),
+)
 
 
 def _cleanrl(script: str, frames: float, score: float) -> Reference:
@@ -59,11 +65,17 @@ REFERENCES: dict[str, list[Reference]] = {
 
 
 def train_seed(env: str, seed: int, frames: int, minutes: float | None, train_dir: Path) -> Path:
-    cfg = make_config(env=env, seed=seed, train_dir=str(train_dir),
-                      experiment=f"{env}_seed{seed}", restart_behavior="overwrite",
-                      train_for_env_steps=frames, stop_at_mean_return=math.inf,
-                      train_for_seconds=None if minutes is None else minutes * 60,
-                      report_every_sec=30)
+    cfg = make_config(
+        env=env,
+        seed=seed,
+        train_dir=str(train_dir),
+        experiment=f"{env}_seed{seed}",
+        restart_behavior="overwrite",
+        train_for_env_steps=frames,
+        stop_at_mean_return=math.inf,
+        train_for_seconds=None if minutes is None else minutes * 60,
+        report_every_sec=30,
+    )
     with Runner(cfg) as runner:
         runner.train()
         return runner.exp.path
@@ -94,8 +106,12 @@ def plot(env: str, paths: list[Path], output: Path) -> Path:
             xs, ys = run.series(RETURN, x)
             if x == "env_steps" and len(xs):
                 most_frames = max(most_frames, float(xs[-1]))
-            ax.plot(xs / (1e6 if x == "env_steps" else 60.0), ys, color=f"C{index}",
-                    label=f"sampleforge, {path.name}")
+            ax.plot(
+                xs / (1e6 if x == "env_steps" else 60.0),
+                ys,
+                color=f"C{index}",
+                label=f"sampleforge, {path.name}",
+            )
     for ref in REFERENCES.get(env, []):
         # a point far beyond the runs would only squash their curves
         points = [p for p in ref.points if p[0] <= 1.2 * most_frames]
@@ -125,26 +141,40 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--frames", type=int, default=10_000_000)
     parser.add_argument("--minutes", type=float, default=None, help="cap on each run")
-    parser.add_argument("--targets", type=float, nargs="+", default=None,
-                        help="returns to time (default: the references' returns)")
+    parser.add_argument(
+        "--targets",
+        type=float,
+        nargs="+",
+        default=None,
+        help="returns to time (default: the references' returns)",
+    )
     parser.add_argument("--train_dir", type=Path, default=Path("train_dir/learning_curves"))
     parser.add_argument("--out", type=Path, default=Path("docs"))
-    parser.add_argument("--plot_only", action="store_true",
-                        help="redraw from the runs already in --train_dir")
+    parser.add_argument(
+        "--plot_only", action="store_true", help="redraw from the runs already in --train_dir"
+    )
     args = parser.parse_args()
     paths = [args.train_dir / f"{args.env}_seed{seed}" for seed in args.seeds]
     if not args.plot_only:
-        paths = [train_seed(args.env, seed, args.frames, args.minutes, args.train_dir)
-                 for seed in args.seeds]
-    targets = args.targets or sorted({score for ref in REFERENCES.get(args.env, [])
-                                      for _, score, _ in ref.points})
+        paths = [
+            train_seed(args.env, seed, args.frames, args.minutes, args.train_dir)
+            for seed in args.seeds
+        ]
+    targets = args.targets or sorted(
+        {score for ref in REFERENCES.get(args.env, []) for _, score, _ in ref.points}
+    )
     for path in paths:
         cells = []
         for target in targets:
             reached = first_reach(path, target)
-            cells.append(f"{target:g}: " + ("not reached" if reached is None else
-                                            f"{reached[0] / 1e6:.2f}M frames, "
-                                            f"{reached[1] / 60:.1f} min"))
+            cells.append(
+                f"{target:g}: "
+                + (
+                    "not reached"
+                    if reached is None
+                    else f"{reached[0] / 1e6:.2f}M frames, {reached[1] / 60:.1f} min"
+                )
+            )
         print(f"{path.name}: " + "; ".join(cells))
     print(f"wrote {plot(args.env, paths, args.out / f'{args.env}_curves.png')}")
 

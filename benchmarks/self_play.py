@@ -27,15 +27,17 @@ def win_rates(algo: APPO, matches: int) -> dict[int, float]:
     bot, info = resolve_env("duel_vs_bot"), env_info("duel_vs_bot")
     out = {}
     for p, weights in algo.get_parameters().items():
-        policy = LocalPolicy.build(algo.cfg, info.observation_space, info.action_space,
-                                   state_dict=weights)
+        policy = LocalPolicy.build(
+            algo.cfg, info.observation_space, info.action_space, state_dict=weights
+        )
         out[p] = play_matches(policy, bot, matches=matches, seed=1000).wins
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--env_steps", type=int, default=3_000_000)
     parser.add_argument("--eval_every", type=int, default=250_000)
     parser.add_argument("--num_policies", type=int, default=4)
@@ -43,27 +45,40 @@ def main() -> None:
     parser.add_argument("--no_pbt", action="store_true")
     parser.add_argument("--matches", type=int, default=100)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--serial_mode", action="store_true",
-                        help="all components in one process (fastest on 2 cores)")
+    parser.add_argument(
+        "--serial_mode",
+        action="store_true",
+        help="all components in one process (fastest on 2 cores)",
+    )
     parser.add_argument("--out", default="self_play", help="CSV and PNG path, without suffix")
     parser.add_argument("--train_dir", default="train_dir")
     args = parser.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
-    algo = APPO("duel", num_policies=args.num_policies, with_pbt=not args.no_pbt,
-                pbt_period_env_steps=max(args.eval_every, 100_000),
-                num_frozen_opponents=args.num_frozen_opponents, seed=args.seed,
-                serial_mode=args.serial_mode,
-                device="cpu", train_dir=args.train_dir, preset="duel")
+    algo = APPO(
+        "duel",
+        num_policies=args.num_policies,
+        with_pbt=not args.no_pbt,
+        pbt_period_env_steps=max(args.eval_every, 100_000),
+        num_frozen_opponents=args.num_frozen_opponents,
+        seed=args.seed,
+        serial_mode=args.serial_mode,
+        device="cpu",
+        train_dir=args.train_dir,
+        preset="duel",
+    )
     started = time.monotonic()
     with algo:
         while algo.env_steps < args.env_steps:
             if algo.train(args.eval_every).stopped_because == "interrupted":
                 break  # Ctrl-C / SIGTERM: keep what was measured so far
             rates = win_rates(algo, args.matches)
-            row = {"env_steps": algo.env_steps, "seconds": round(time.monotonic() - started, 1),
-                   **{f"policy_{p}": r for p, r in rates.items()}}
+            row = {
+                "env_steps": algo.env_steps,
+                "seconds": round(time.monotonic() - started, 1),
+                **{f"policy_{p}": r for p, r in rates.items()},
+            }
             rows.append(row)
             print(row, flush=True)
     if not rows:
@@ -78,8 +93,10 @@ def main() -> None:
 
 def _plot(rows, path: Path, num_policies: int) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4))
     steps = [r["env_steps"] / 1e6 for r in rows]
     for p in range(num_policies):

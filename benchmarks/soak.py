@@ -41,7 +41,7 @@ def process_tree(root: int) -> dict[int, str]:
         if entry.name.isdigit():
             try:
                 stat = (entry / "stat").read_text()
-                names[int(entry.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
+                names[int(entry.name)] = stat[stat.index("(") + 1 : stat.rindex(")")]
                 parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
             except (OSError, ValueError, IndexError):
                 continue
@@ -56,11 +56,13 @@ def sample_process(pid: int) -> dict[str, float] | None:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        return {"rss_mb": int(fields["VmRSS"].split()[0]) / 1024,
-                "anon_mb": int(fields["RssAnon"].split()[0]) / 1024,
-                "shmem_mb": int(fields["RssShmem"].split()[0]) / 1024,
-                "threads": int(fields["Threads"]),
-                "files": len(os.listdir(f"/proc/{pid}/fd"))}
+        return {
+            "rss_mb": int(fields["VmRSS"].split()[0]) / 1024,
+            "anon_mb": int(fields["RssAnon"].split()[0]) / 1024,
+            "shmem_mb": int(fields["RssShmem"].split()[0]) / 1024,
+            "threads": int(fields["Threads"]),
+            "files": len(os.listdir(f"/proc/{pid}/fd")),
+        }
     except (OSError, KeyError):
         return None
 
@@ -73,8 +75,9 @@ def slope_per_hour(times: list[float], values: list[float]) -> float:
     return 3600 * sum((t - mt) * (v - mv) for t, v in zip(times, values)) / var if var else 0.0
 
 
-def minute_extremes(times: list[float], values: list[float], window_sec: float = 60
-                    ) -> tuple[list[float], list[float], list[float]]:
+def minute_extremes(
+    times: list[float], values: list[float], window_sec: float = 60
+) -> tuple[list[float], list[float], list[float]]:
     """(middle, lowest value, highest value) of each `window_sec` window of samples; a window
     the samples cover for less than 80% of its length (the last one, usually) is left out."""
     windows: dict[int, list[tuple[float, float]]] = {}
@@ -113,12 +116,28 @@ def main() -> None:
     args, train_args = parser.parse_known_args()
     train_dir = Path(tempfile.mkdtemp(prefix="soak_"))
     shm_before = set(os.listdir("/dev/shm"))
-    cmd = [sys.executable, "-m", "sampleforge.cli.main", "train", "--env", args.env,
-           "--train_dir", str(train_dir), "--experiment", "soak", "--stop_at_mean_return", "inf",
-           # Time, not steps, ends the run: at 5,000 frames/s the default 10M steps last 34 min.
-           "--train_for_seconds", str(args.minutes * 60 + 600), "--train_for_env_steps", str(10**15),
-           "--report_every_sec", "10",
-           *train_args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sampleforge.cli.main",
+        "train",
+        "--env",
+        args.env,
+        "--train_dir",
+        str(train_dir),
+        "--experiment",
+        "soak",
+        "--stop_at_mean_return",
+        "inf",
+        # Time, not steps, ends the run: at 5,000 frames/s the default 10M steps last 34 min.
+        "--train_for_seconds",
+        str(args.minutes * 60 + 600),
+        "--train_for_env_steps",
+        str(10**15),
+        "--report_every_sec",
+        "10",
+        *train_args,
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     series: dict[str, dict[str, list[float]]] = {}
     t_start, shm_counts = time.monotonic(), []
@@ -131,8 +150,10 @@ def main() -> None:
             if sample is None or now < warm:
                 continue
             key = f"{name}:{pid}"
-            s = series.setdefault(key, {"t": [], "rss_mb": [], "anon_mb": [], "shmem_mb": [],
-                                        "threads": [], "files": []})
+            s = series.setdefault(
+                key,
+                {"t": [], "rss_mb": [], "anon_mb": [], "shmem_mb": [], "threads": [], "files": []},
+            )
             s["t"].append(now)
             for k, v in sample.items():
                 s[k].append(v)
@@ -140,14 +161,19 @@ def main() -> None:
             shm_counts.append(len(os.listdir("/dev/shm")))
     proc.send_signal(signal.SIGINT)
     exit_code = proc.wait(timeout=60)
-    report = {"minutes": args.minutes, "env": args.env, "exit_code": exit_code,
-              "shm_entries_min_max": [min(shm_counts, default=0), max(shm_counts, default=0)],
-              "shm_left_behind": sorted(set(os.listdir("/dev/shm")) - shm_before),
-              "processes": {}}
+    report = {
+        "minutes": args.minutes,
+        "env": args.env,
+        "exit_code": exit_code,
+        "shm_entries_min_max": [min(shm_counts, default=0), max(shm_counts, default=0)],
+        "shm_left_behind": sorted(set(os.listdir("/dev/shm")) - shm_before),
+        "processes": {},
+    }
     for key, s in series.items():
         middles, floors, peaks = minute_extremes(s["t"], s["rss_mb"])
         report["processes"][key] = {
-            "rss_mb_start": s["rss_mb"][0], "rss_mb_end": s["rss_mb"][-1],
+            "rss_mb_start": s["rss_mb"][0],
+            "rss_mb_end": s["rss_mb"][-1],
             "rss_growth_mb_per_hour": slope_per_hour(s["t"], s["rss_mb"]),
             "rss_floor_growth_mb_per_hour": slope_per_hour(middles, floors),
             "rss_peak_growth_mb_per_hour": slope_per_hour(middles, peaks),
@@ -155,7 +181,8 @@ def main() -> None:
             "anon_growth_mb_per_hour": slope_per_hour(s["t"], s["anon_mb"]),
             "shmem_growth_mb_per_hour": slope_per_hour(s["t"], s["shmem_mb"]),
             "threads_min_max": [min(s["threads"]), max(s["threads"])],
-            "files_min_max": [min(s["files"]), max(s["files"])]}
+            "files_min_max": [min(s["files"]), max(s["files"])],
+        }
     windows = fps_windows(train_dir / "soak" / "progress.csv", since=warm)
     median = statistics.median(windows) if windows else 0.0
     report["fps_windows"] = windows

@@ -129,12 +129,12 @@ def _one_line(space: gym_spaces.Space) -> str:
 # --------------------------------------------------------------------------- actions
 
 
-def _is_tuple_of_discrete(space: gym_spaces.Space) -> bool:
-    return (
-        isinstance(space, gym_spaces.Tuple)
-        and len(space.spaces) > 0
-        and all(isinstance(s, gym_spaces.Discrete) for s in space.spaces)
-    )
+def _tuple_of_discrete(space: gym_spaces.Space) -> tuple[gym_spaces.Discrete, ...] | None:
+    """The elements of a non-empty Tuple(Discrete...) space, or None for any other space."""
+    if not isinstance(space, gym_spaces.Tuple) or len(space.spaces) == 0:
+        return None
+    elements = tuple(s for s in space.spaces if isinstance(s, gym_spaces.Discrete))
+    return elements if len(elements) == len(space.spaces) else None
 
 
 def categorical_sizes(space: gym_spaces.Space) -> tuple[int, ...]:
@@ -147,8 +147,9 @@ def categorical_sizes(space: gym_spaces.Space) -> tuple[int, ...]:
         return (int(space.n),)
     if isinstance(space, gym_spaces.MultiDiscrete):
         return tuple(int(n) for n in np.asarray(space.nvec).reshape(-1))
-    if _is_tuple_of_discrete(space):
-        return tuple(int(s.n) for s in space.spaces)
+    elements = _tuple_of_discrete(space)
+    if elements is not None:
+        return tuple(int(s.n) for s in elements)
     raise UnsupportedSpaceError(
         f"{_one_line(space)} is not a discrete action space; supported: {SUPPORTED_ACTION_SPACES}"
     )
@@ -162,8 +163,8 @@ def action_spec(space: gym_spaces.Space) -> TensorSpec:
     """
     if isinstance(space, gym_spaces.Box):
         return TensorSpec(shape=(int(np.prod(space.shape, dtype=np.int64)),), dtype=torch.float32)
-    if isinstance(space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete)) or _is_tuple_of_discrete(
-        space
+    if isinstance(space, (gym_spaces.Discrete, gym_spaces.MultiDiscrete)) or (
+        _tuple_of_discrete(space) is not None
     ):
         return TensorSpec(shape=(len(categorical_sizes(space)),), dtype=torch.int64)
     raise UnsupportedSpaceError(
@@ -186,11 +187,12 @@ def actions_to_env(actions: np.ndarray, space: gym_spaces.Space) -> list:
         start = int(space.start)
         return [int(a) + start for a in actions[:, 0]]
     if isinstance(space, gym_spaces.MultiDiscrete):
-        start = np.asarray(space.start, dtype=np.int64).reshape(-1)
-        shaped = (actions.astype(np.int64) + start).astype(space.dtype)
+        start_row = np.asarray(space.start, dtype=np.int64).reshape(-1)
+        shaped = (actions.astype(np.int64) + start_row).astype(space.dtype)
         return [row.reshape(space.nvec.shape) for row in shaped]
-    if _is_tuple_of_discrete(space):
-        starts = [int(s.start) for s in space.spaces]
+    elements = _tuple_of_discrete(space)
+    if elements is not None:
+        starts = [int(s.start) for s in elements]
         return [tuple(int(a) + s for a, s in zip(row, starts)) for row in actions]
     if isinstance(space, gym_spaces.Box):
         low = space.low.reshape(-1)

@@ -10,8 +10,13 @@ Must not: run networks, step optimisers, read config files, log, or touch proces
 it maps tensors (and a small frozen settings object) to tensors and floats, importing
 only torch and the sibling ``algo`` modules.
 
-Shapes: ``log_probs, entropy, behaviour_log_probs, rewards, dones, valids: [T, B]``;
-``values, behaviour_values: [T + 1, B]`` whose last row is the bootstrap value V(x_T).
+The learner hands over one :class:`Rollout` (what the acting policy recorded and the current
+network's outputs on it), and the loss reads as the papers do:
+
+    advantages, targets = V-trace or GAE on the rollout     (_advantages_and_targets)
+    policy  = PPO clipped surrogate or -log pi * advantage  (_policy_loss)
+    value   = (V(x_t) - target)^2 / 2                       (value_loss)
+    total   = policy + value_loss_coeff * value - entropy_coeff * entropy
 
 Return normalisation (``value_normalizer``): the critic predicts values in units of running
 statistics of the value targets. Advantages and targets are computed in reward units (the
@@ -127,56 +132,83 @@ class LossOutput:
     """Diagnostics: approx_kl, clip_fraction, mean_rho, mean_advantage, explained_variance."""
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """One time-major rollout: what the acting policy recorded, and the current network's
+    outputs on the same steps. Per-step tensors are [T, B]; value tensors [T + 1, B], whose
+    last row is the bootstrap value V(x_T)."""
+
+    log_probs: Tensor
+    """log pi(a_t|x_t) under the current network (with grad)."""
+    entropy: Tensor
+    """Entropy of pi(.|x_t) under the current network (with grad)."""
+    values: Tensor
+    """[T + 1, B] V(x_t) under the current network (with grad); with a value normaliser, the
+    value head's normalised output."""
+    behaviour_log_probs: Tensor
+    """log mu(a_t|x_t) recorded by the acting policy."""
+    behaviour_values: Tensor
+    """[T + 1, B] values recorded by the acting policy, in reward units (the last row may be
+    the current network's bootstrap value)."""
+    rewards: Tensor
+    """r_t."""
+    dones: Tensor
+    """1.0 where the episode ended with the transition at step t (a termination: time-limit
+    truncations are bootstrapped by the rollout worker, see docs/custom_env.md)."""
+    valids: Tensor | None = None
+    """0/1 mask of the samples to learn from (None: all)."""
+
+    def check_shapes(self) -> None:
+        """Raise ValueError unless per-step tensors are [T, B] and value tensors [T + 1, B]."""
+        if self.log_probs.dim() != 2:
+            raise ValueError(
+                f"log_probs must be time-major [T, B], got {tuple(self.log_probs.shape)}"
+            )
+        steps, batch = self.log_probs.shape
+        expected = {
+            "entropy": (steps, batch),
+            "behaviour_log_probs": (steps, batch),
+            "rewards": (steps, batch),
+            "dones": (steps, batch),
+            "values": (steps + 1, batch),
+            "behaviour_values": (steps + 1, batch),
+        }
+        if self.valids is not None:
+            expected["valids"] = (steps, batch)
+        for name, shape in expected.items():
+            got = tuple(getattr(self, name).shape)
+            if got != shape:
+                rows = "T + 1" if shape[0] == steps + 1 else "T"
+                raise ValueError(f"{name} must be [{rows}, B] = {shape}, got {got}")
+
+
 def actor_critic_loss(
-    *,
-    settings: LossSettings,
-    log_probs: Tensor,
-    entropy: Tensor,
-    values: Tensor,
-    behaviour_log_probs: Tensor,
-    behaviour_values: Tensor,
-    rewards: Tensor,
-    dones: Tensor,
-    valids: Tensor | None = None,
-    value_normalizer: ValueNormalizer | None = None,
+    settings: LossSettings, rollout: Rollout, value_normalizer: ValueNormalizer | None = None
 ) -> LossOutput:
     """Actor-critic loss for ``settings.algorithm`` on one time-major rollout.
 
-    Args:
-        settings: which algorithm and its hyper-parameters.
-        log_probs: [T, B] log pi(a_t|x_t) under the current network (with grad).
-        entropy: [T, B] entropy of pi(.|x_t) under the current network (with grad).
-        values: [T + 1, B] V(x_t) under the current network (with grad); last row is V(x_T).
-            With ``value_normalizer``: the value head's normalised output.
-        behaviour_log_probs: [T, B] log mu(a_t|x_t) recorded by the acting policy.
-        behaviour_values: [T + 1, B] values recorded by the acting policy (last row may be
-            the current network's bootstrap value), always in reward units.
-        rewards: [T, B] r_t.
-        dones: [T, B] 1.0 where the episode ended with the transition at step t.
-        valids: optional [T, B] 0/1 mask of the samples to learn from.
-        value_normalizer: return normalisation (see the module docstring). Its statistics are
-            updated in place with the valid targets (only when all of them are finite: a
-            non-finite loss is skipped by the learner and must leave them as they were).
-
-    Returns:
-        LossOutput with scalar total / policy / value / entropy tensors and float metrics.
+    ``value_normalizer``: return normalisation (see the module docstring). Its statistics are
+    updated in place with the valid targets (only when all of them are finite: a non-finite
+    loss is skipped by the learner and must leave them as they were).
     """
     check_algorithm(settings.algorithm)
-    _check_shapes(
-        log_probs, entropy, values, behaviour_log_probs, behaviour_values, rewards, dones, valids
-    )
-    value_estimates = values
+    rollout.check_shapes()
+    value_estimates = rollout.values.detach()
     if value_normalizer is not None:
-        value_estimates = value_normalizer.denormalize(values.detach())
-    raw_advantages, targets = _advantages_and_targets(
-        settings, log_probs, value_estimates, behaviour_log_probs, behaviour_values, rewards,
-        dones, valids
-    )
+        value_estimates = value_normalizer.denormalize(value_estimates)
+    advantages, targets = _advantages_and_targets(settings, rollout, value_estimates)
     return loss_from_advantages(
-        settings=settings, log_probs=log_probs, entropy=entropy, values=values[:-1],
-        behaviour_log_probs=behaviour_log_probs, behaviour_values=behaviour_values[:-1],
-        advantages=raw_advantages, targets=targets, valids=valids,
-        value_normalizer=value_normalizer)
+        settings=settings,
+        log_probs=rollout.log_probs,
+        entropy=rollout.entropy,
+        values=rollout.values[:-1],
+        behaviour_log_probs=rollout.behaviour_log_probs,
+        behaviour_values=rollout.behaviour_values[:-1],
+        advantages=advantages,
+        targets=targets,
+        valids=rollout.valids,
+        value_normalizer=value_normalizer,
+    )
 
 
 def advantages_and_targets(
@@ -194,8 +226,10 @@ def advantages_and_targets(
     behaviour_values: [T + 1, B] in reward units, the last row being the bootstrap value.
     """
     if settings.uses_vtrace or settings.algorithm != "appo":
-        raise ValueError(f"advantages depend on the current network for {settings.algorithm} "
-                         f"with V-trace={settings.uses_vtrace}: compute them per minibatch")
+        raise ValueError(
+            f"advantages depend on the current network for {settings.algorithm} "
+            f"with V-trace={settings.uses_vtrace}: compute them per minibatch"
+        )
     return _gae(settings, behaviour_values, rewards, dones, valids)
 
 
@@ -221,8 +255,9 @@ def loss_from_advantages(
     value_estimates = values
     if value_normalizer is not None:
         value_estimates = value_normalizer.denormalize(values.detach())
-    normalized = normalize_advantages(advantages, valids) if settings.normalize_advantages \
-        else advantages
+    normalized = (
+        normalize_advantages(advantages, valids) if settings.normalize_advantages else advantages
+    )
 
     policy = _policy_loss(settings, log_probs, behaviour_log_probs, normalized, valids)
     critic_targets, critic_old_values = targets, behaviour_values
@@ -252,75 +287,38 @@ def loss_from_advantages(
     )
 
 
-def _check_shapes(
-    log_probs: Tensor,
-    entropy: Tensor,
-    values: Tensor,
-    behaviour_log_probs: Tensor,
-    behaviour_values: Tensor,
-    rewards: Tensor,
-    dones: Tensor,
-    valids: Tensor | None,
-) -> None:
-    """Raise ValueError unless per-step tensors are [T, B] and value tensors [T + 1, B]."""
-    if log_probs.dim() != 2:
-        raise ValueError(f"log_probs must be time-major [T, B], got {tuple(log_probs.shape)}")
-    steps, batch = log_probs.shape
-    per_step = {
-        "entropy": entropy,
-        "behaviour_log_probs": behaviour_log_probs,
-        "rewards": rewards,
-        "dones": dones,
-    }
-    if valids is not None:
-        per_step["valids"] = valids
-    for name, tensor in per_step.items():
-        if tensor.shape != (steps, batch):
-            raise ValueError(f"{name} must be [T, B] = {(steps, batch)}, got {tuple(tensor.shape)}")
-    for name, tensor in {"values": values, "behaviour_values": behaviour_values}.items():
-        if tensor.shape != (steps + 1, batch):
-            raise ValueError(
-                f"{name} must be [T + 1, B] = {(steps + 1, batch)}, got {tuple(tensor.shape)}"
-            )
-
-
 def _advantages_and_targets(
-    settings: LossSettings,
-    log_probs: Tensor,
-    values: Tensor,
-    behaviour_log_probs: Tensor,
-    behaviour_values: Tensor,
-    rewards: Tensor,
-    dones: Tensor,
-    valids: Tensor | None,
+    settings: LossSettings, rollout: Rollout, values: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """Policy advantages [T, B] and value targets [T, B], both without grad.
+    """Policy advantages [T, B] and value targets [T, B], both without grad; `values` are the
+    current network's [T + 1, B], detached, in reward units.
 
-    V-trace ("impala", "appo" with V-trace): V(x) = current values, detached.
+    V-trace ("impala", "appo" with V-trace): V(x) = current values.
     GAE, "appo" without V-trace: behaviour values (the PPO recipe).
-    GAE, "a3c": current values, detached, no importance correction.
+    GAE, "a3c": current values, no importance correction.
     """
+    r = rollout
     if settings.uses_vtrace:
-        current = values.detach()
         vtrace = vtrace_targets(
-            behaviour_log_probs=behaviour_log_probs,
-            target_log_probs=log_probs.detach(),
-            rewards=rewards,
-            values=current[:-1],
-            bootstrap_value=current[-1],
-            dones=dones,
+            behaviour_log_probs=r.behaviour_log_probs,
+            target_log_probs=r.log_probs.detach(),
+            rewards=r.rewards,
+            values=values[:-1],
+            bootstrap_value=values[-1],
+            dones=r.dones,
             gamma=settings.gamma,
             rho_bar=settings.vtrace_rho_bar,
             c_bar=settings.vtrace_c_bar,
-            valids=valids,
+            valids=r.valids,
         )
         return vtrace.pg_advantages, vtrace.vs
-    critic_values = behaviour_values if settings.algorithm == "appo" else values
-    return _gae(settings, critic_values, rewards, dones, valids)
+    critic_values = r.behaviour_values if settings.algorithm == "appo" else values
+    return _gae(settings, critic_values, r.rewards, r.dones, r.valids)
 
 
-def _gae(settings: LossSettings, values: Tensor, rewards: Tensor, dones: Tensor,
-         valids: Tensor | None) -> tuple[Tensor, Tensor]:
+def _gae(
+    settings: LossSettings, values: Tensor, rewards: Tensor, dones: Tensor, valids: Tensor | None
+) -> tuple[Tensor, Tensor]:
     """GAE advantages and targets on `values` [T + 1, B] (last row: bootstrap), no grad."""
     values = values.detach()
     return gae_advantages(

@@ -8,5 +8,12 @@ from sampleforge.api.algorithm import A3C, APPO, IMPALA, ActorCriticAlgorithm
 from sampleforge.evaluation.episodes import EvaluationResult
 from sampleforge.telemetry import RunSummary, TrainingStatus
 
-__all__ = ["A3C", "APPO", "IMPALA", "ActorCriticAlgorithm", "EvaluationResult", "RunSummary",
-           "TrainingStatus"]
+__all__ = [
+    "A3C",
+    "APPO",
+    "IMPALA",
+    "ActorCriticAlgorithm",
+    "EvaluationResult",
+    "RunSummary",
+    "TrainingStatus",
+]

@@ -28,15 +28,13 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar, Union
 
 import numpy as np
 import torch
 
 from sampleforge.api.env_argument import EnvArgument, check_sendable, env_name
-from sampleforge.components.model_factory import MODEL_SETTINGS
 from sampleforge.components.runner import Runner
-from sampleforge.components.training_callback import TrainingCallback
 from sampleforge.config import Config, ConfigError, config_to_dict, make_config
 from sampleforge.envs.registry import UnknownEnvError
 from sampleforge.evaluation.episodes import DEFAULT_NUM_ENVS, EvaluationResult, run_episodes
@@ -46,7 +44,9 @@ from sampleforge.evaluation.policy_files import (
     read_weights_file,
     save_model_file,
 )
+from sampleforge.models.factory import MODEL_SETTINGS
 from sampleforge.telemetry import RunSummary
+from sampleforge.telemetry.training_callback import TrainingCallback
 
 StateDict = dict[str, torch.Tensor]
 ParameterSource = Union[Mapping[str, torch.Tensor], str, Path]
@@ -60,10 +60,17 @@ class ActorCriticAlgorithm:
 
     algorithm: ClassVar[str]
 
-    def __init__(self, env: EnvArgument, *, encoder: Optional[str] = None,
-                 num_envs_per_worker: Optional[int] = None, num_workers: Optional[int] = None,
-                 device: Optional[str] = None,
-                 policy_kwargs: Optional[Mapping[str, Any]] = None, **config: Any) -> None:
+    def __init__(
+        self,
+        env: EnvArgument,
+        *,
+        encoder: str | None = None,
+        num_envs_per_worker: int | None = None,
+        num_workers: int | None = None,
+        device: str | None = None,
+        policy_kwargs: Mapping[str, Any] | None = None,
+        **config: Any,
+    ) -> None:
         """Validate the settings and prepare the experiment folder; no process starts yet.
 
         env: a Gymnasium id, a registered sampleforge env name, or a function that builds an
@@ -77,9 +84,14 @@ class ActorCriticAlgorithm:
         Raises ConfigError listing every bad setting, UnknownEnvError for an unknown env.
         """
         name = env_name(env)
-        settings = _merge_settings(policy_kwargs, config, encoder=encoder,
-                                   num_envs_per_worker=num_envs_per_worker,
-                                   num_workers=num_workers, device=device)
+        settings = _merge_settings(
+            policy_kwargs,
+            config,
+            encoder=encoder,
+            num_envs_per_worker=num_envs_per_worker,
+            num_workers=num_workers,
+            device=device,
+        )
         settings.setdefault("experiment", _unique_experiment(self.algorithm, name))
         settings.setdefault("stop_at_mean_return", math.inf)
         cfg = make_config(env=name, algorithm=self.algorithm, **settings)
@@ -116,29 +128,44 @@ class ActorCriticAlgorithm:
         return self._runner
 
     # --- training -------------------------------------------------------------------------------
-    def train(self, train_for_env_steps: int, *, callback: Optional[TrainingCallback] = None,
-              callback_every_env_steps: Optional[int] = None,
-              seconds: Optional[float] = None) -> RunSummary:
+    def train(
+        self,
+        train_for_env_steps: int,
+        *,
+        callback: TrainingCallback | None = None,
+        callback_every_env_steps: int | None = None,
+        seconds: float | None = None,
+    ) -> RunSummary:
         """Train `train_for_env_steps` more env steps (or `seconds`), then pause the workers.
 
         callback(status: TrainingStatus) runs after every learner iteration, or every
         `callback_every_env_steps` env steps; returning False stops training early
         (`stopped_because == "callback"`). Returns the summary of this call.
         """
-        if isinstance(train_for_env_steps, (bool, float)) or not isinstance(
-                train_for_env_steps, numbers.Integral) or train_for_env_steps < 1:
-            raise ValueError(f"train_for_env_steps: {train_for_env_steps!r} must be an integer "
-                             ">= 1")
+        if (
+            isinstance(train_for_env_steps, (bool, float))
+            or not isinstance(train_for_env_steps, numbers.Integral)
+            or train_for_env_steps < 1
+        ):
+            raise ValueError(
+                f"train_for_env_steps: {train_for_env_steps!r} must be an integer >= 1"
+            )
         runner = self._ensure_started()
         target = self.env_steps + int(train_for_env_steps)
-        return runner.train(until_env_steps=target, seconds=seconds, callback=callback,
-                            callback_every_env_steps=callback_every_env_steps)
+        return runner.train(
+            until_env_steps=target,
+            seconds=seconds,
+            callback=callback,
+            callback_every_env_steps=callback_every_env_steps,
+        )
 
     # --- parameters -----------------------------------------------------------------------------
     def get_parameters(self) -> dict[int, StateDict]:
         """{policy_id: state_dict}: copies of the current weights (the learner's newest)."""
-        return {p: {k: v.detach().clone() for k, v in self._policy(p).model.state_dict().items()}
-                for p in range(self.cfg.num_policies)}
+        return {
+            p: {k: v.detach().clone() for k, v in self._policy(p).model.state_dict().items()}
+            for p in range(self.cfg.num_policies)
+        }
 
     def set_parameters(self, parameters: Mapping[int, ParameterSource]) -> None:
         """Replace weights: {policy_id: state_dict, or a checkpoint or model file path}.
@@ -156,8 +183,13 @@ class ActorCriticAlgorithm:
             self._pending.update(state_dicts)
 
     # --- acting ---------------------------------------------------------------------------------
-    def predict(self, observation: Any, state: Optional[np.ndarray] = None,
-                deterministic: bool = False, policy_id: int = 0) -> tuple[Any, Optional[np.ndarray]]:
+    def predict(
+        self,
+        observation: Any,
+        state: np.ndarray | None = None,
+        deterministic: bool = False,
+        policy_id: int = 0,
+    ) -> tuple[Any, np.ndarray | None]:
         """(action, state) for one observation or a batch, with the current weights.
 
         A batch has one more leading axis than the observation space. `state` is the recurrent
@@ -166,14 +198,26 @@ class ActorCriticAlgorithm:
         """
         return self._policy(policy_id).predict(observation, state, deterministic)
 
-    def evaluate(self, num_episodes: int = 10, *, deterministic: bool = True,
-                 seed: Optional[int] = None, num_envs: int = DEFAULT_NUM_ENVS,
-                 policy_id: int = 0) -> EvaluationResult:
+    def evaluate(
+        self,
+        num_episodes: int = 10,
+        *,
+        deterministic: bool = True,
+        seed: int | None = None,
+        num_envs: int = DEFAULT_NUM_ENVS,
+        policy_id: int = 0,
+    ) -> EvaluationResult:
         """Play `num_episodes` whole episodes in this process with a copy of the current
         weights; returns per-episode returns and lengths. Same seed and weights, same result.
         """
-        return run_episodes(self._policy(policy_id), self._runner.env_spec, num_episodes,
-                            seed=seed, deterministic=deterministic, num_envs=num_envs)
+        return run_episodes(
+            self._policy(policy_id),
+            self._runner.env_spec,
+            num_episodes,
+            seed=seed,
+            deterministic=deterministic,
+            num_envs=num_envs,
+        )
 
     # --- files ----------------------------------------------------------------------------------
     def save(self, path: Union[str, Path]) -> Path:
@@ -184,8 +228,14 @@ class ActorCriticAlgorithm:
         return save_model_file(path, self.cfg, self.get_parameters(), self.env_steps)
 
     @classmethod
-    def load(cls, path: Union[str, Path], env: Optional[EnvArgument] = None, *,
-             checkpoint: str = "latest", **config: Any) -> "ActorCriticAlgorithm":
+    def load(
+        cls,
+        path: Union[str, Path],
+        env: EnvArgument | None = None,
+        *,
+        checkpoint: str = "latest",
+        **config: Any,
+    ) -> "ActorCriticAlgorithm":
         """A new run with the weights and config saved at `path`: a file written by `save`, or
         an experiment folder (at `checkpoint`: latest, best, best_eval).
 
@@ -194,8 +244,10 @@ class ActorCriticAlgorithm:
         """
         saved = load_saved_policy(path, checkpoint)
         if saved.cfg.algorithm != cls.algorithm:
-            raise ValueError(f"{path} holds a {saved.cfg.algorithm} model; load it with "
-                             f"{saved.cfg.algorithm.upper()}.load, not {cls.__name__}.load")
+            raise ValueError(
+                f"{path} holds a {saved.cfg.algorithm} model; load it with "
+                f"{saved.cfg.algorithm.upper()}.load, not {cls.__name__}.load"
+            )
         settings = config_to_dict(saved.cfg)
         for name in ("env", "algorithm", "experiment", "restart_behavior", "stop_at_mean_return"):
             settings.pop(name)  # a new run, with the API's defaults for these
@@ -203,8 +255,9 @@ class ActorCriticAlgorithm:
         try:
             model = cls(env if env is not None else saved.cfg.env, **settings)
         except UnknownEnvError as err:
-            raise UnknownEnvError(f"{err} (pass env=<the function that builds it> to load "
-                                  f"{path})") from None
+            raise UnknownEnvError(
+                f"{err} (pass env=<the function that builds it> to load {path})"
+            ) from None
         model.set_parameters(saved.state_dicts)
         return model
 
@@ -221,8 +274,10 @@ class ActorCriticAlgorithm:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(env={self.cfg.env!r}, experiment="
-                f"{self.cfg.experiment_name!r}, env_steps={self.env_steps})")
+        return (
+            f"{type(self).__name__}(env={self.cfg.env!r}, experiment="
+            f"{self.cfg.experiment_name!r}, env_steps={self.env_steps})"
+        )
 
     # --- helpers --------------------------------------------------------------------------------
     def _ensure_started(self) -> Runner:
@@ -241,8 +296,9 @@ class ActorCriticAlgorithm:
         self._check_policy_id(policy_id)
         if policy_id not in self._policies:
             env = self._runner.env
-            self._policies[policy_id] = LocalPolicy.build(self.cfg, env.observation_space,
-                                                          env.action_space)
+            self._policies[policy_id] = LocalPolicy.build(
+                self.cfg, env.observation_space, env.action_space
+            )
             self._versions[policy_id] = -1
         policy = self._policies[policy_id]
         if refresh and (self._started or policy_id not in self._pending):
@@ -255,23 +311,27 @@ class ActorCriticAlgorithm:
         if isinstance(source, (str, Path)):
             source = read_weights_file(source, policy_id)
         if not isinstance(source, Mapping):
-            raise TypeError(f"parameters for policy {policy_id}: expected a state dict or a "
-                            f"checkpoint path, got {type(source).__name__}")
+            raise TypeError(
+                f"parameters for policy {policy_id}: expected a state dict or a "
+                f"checkpoint path, got {type(source).__name__}"
+            )
         state_dict = {k: torch.as_tensor(v).detach().cpu().clone() for k, v in source.items()}
         env = self._runner.env
         probe = LocalPolicy.build(self.cfg, env.observation_space, env.action_space)
         try:
             probe.load_state_dict(state_dict)
         except RuntimeError as err:
-            raise ValueError(f"parameters for policy {policy_id} do not fit this model's "
-                             f"network: {str(err).splitlines()[0]} {_first_problem(err)}"
-                             ) from None
+            raise ValueError(
+                f"parameters for policy {policy_id} do not fit this model's "
+                f"network: {str(err).splitlines()[0]} {_first_problem(err)}"
+            ) from None
         return state_dict
 
     def _check_policy_id(self, policy_id: int) -> None:
         if policy_id not in range(self.cfg.num_policies):
-            raise ValueError(f"policy id {policy_id!r}: this model has policies "
-                             f"0..{self.cfg.num_policies - 1}")
+            raise ValueError(
+                f"policy id {policy_id!r}: this model has policies 0..{self.cfg.num_policies - 1}"
+            )
 
 
 class APPO(ActorCriticAlgorithm):
@@ -295,22 +355,25 @@ class A3C(ActorCriticAlgorithm):
     algorithm = "a3c"
 
 
-def _merge_settings(policy_kwargs: Optional[Mapping[str, Any]], config: Mapping[str, Any],
-                    **named: Any) -> dict[str, Any]:
+def _merge_settings(
+    policy_kwargs: Mapping[str, Any] | None, config: Mapping[str, Any], **named: Any
+) -> dict[str, Any]:
     """Constructor keywords, policy_kwargs and config as one dict; ConfigError on clashes."""
     problems = []
     model_kwargs = dict(policy_kwargs or {})
     allowed = [s for s in MODEL_SETTINGS if s != "encoder"]
     for key in model_kwargs:
         if key not in allowed:
-            problems.append(f"policy_kwargs: unknown model setting {key!r} (allowed: "
-                            f"{', '.join(allowed)})")
+            problems.append(
+                f"policy_kwargs: unknown model setting {key!r} (allowed: {', '.join(allowed)})"
+            )
         elif key in config:
             problems.append(f"{key}: given both in policy_kwargs and as a keyword")
     for key in ("env", "algorithm"):
         if key in config:
-            problems.append(f"{key}: set by the {'first argument' if key == 'env' else 'class'}"
-                            ", not a keyword")
+            problems.append(
+                f"{key}: set by the {'first argument' if key == 'env' else 'class'}, not a keyword"
+            )
     if problems:
         raise ConfigError(problems)
     given = {k: v for k, v in named.items() if v is not None}  # None: the family's or default

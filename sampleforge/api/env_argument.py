@@ -47,15 +47,18 @@ def env_name(env: Any) -> str:
         resolve_env(env)  # raises UnknownEnvError with suggestions
         return env
     if isinstance(env, gym.Env):
-        raise TypeError(f"env: got an environment instance ({type(env).__name__}); pass its "
-                        "Gymnasium id or a function that builds it (each worker builds its own)")
+        raise TypeError(
+            f"env: got an environment instance ({type(env).__name__}); pass its "
+            "Gymnasium id or a function that builds it (each worker builds its own)"
+        )
     if callable(env):
         name = callable_env_name(env)
-        register_env(name, CallableEnvFactory(env), overwrite=True,
-                     description=f"built by {name}")
+        register_env(name, CallableEnvFactory(env), overwrite=True, description=f"built by {name}")
         return name
-    raise TypeError(f"env: {env!r} is not a Gymnasium id, a registered sampleforge env name or "
-                    "a function that builds an env")
+    raise TypeError(
+        f"env: {env!r} is not a Gymnasium id, a registered sampleforge env name or "
+        "a function that builds an env"
+    )
 
 
 def callable_env_name(fn: Callable[..., Any]) -> str:
@@ -75,7 +78,8 @@ def check_sendable(env: Any) -> None:
         raise ValueError(
             f"env: {callable_env_name(env)} cannot be sent to worker processes "
             f"({str(err).splitlines()[0]}); define it as a top-level function in a module "
-            "(def make_env(context): ...), or pass serial_mode=True") from None
+            "(def make_env(context): ...), or pass serial_mode=True"
+        ) from None
 
 
 def _takes_one_argument(fn: Callable[..., Any]) -> bool:
@@ -83,10 +87,15 @@ def _takes_one_argument(fn: Callable[..., Any]) -> bool:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # some builtins have no signature: assume the context
         return True
-    positional = [p for p in parameters
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)]
+    positional = [
+        p
+        for p in parameters
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL)
+    ]
     required = [p for p in positional if p.default is p.empty and p.kind != p.VAR_POSITIONAL]
     if len(required) > 1:
-        raise TypeError(f"env: {callable_env_name(fn)} must take no argument or one (an "
-                        f"EnvContext), not {len(required)}")
+        raise TypeError(
+            f"env: {callable_env_name(fn)} must take no argument or one (an "
+            f"EnvContext), not {len(required)}"
+        )
     return bool(positional)

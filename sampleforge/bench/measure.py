@@ -2,9 +2,11 @@
 
 - `pure_simulation_fps`: random actions, one process per core, no model: the upper bound of
   the paper's Table 1. Frames = agent steps x frameskip.
-- `compute_costs`: seconds per sample of each workload measured alone on one core: an env step,
-  a batched inference forward pass at the batch size the system actually forms, and a learner
-  forward + backward over a dataset (all its epochs) divided by the samples in it.
+- `compute_costs`: seconds per sample of each workload measured alone: an env step (on one
+  core, through the same env split a rollout worker steps, so an EnvPool task is measured with
+  the batch and threads training uses), a batched inference forward pass at the batch size the
+  system actually forms, and a learner forward + backward over a dataset (all its epochs)
+  divided by the samples in it; the two model workloads on the training device (`--device`).
   `compute_limit_fps` = cores / (sum of the three): what an ideal asynchronous system sharing
   the cores between the three would reach.
 - `training_fps`: the full system, steady state after a warm-up.
@@ -27,12 +29,15 @@ import torch
 from sampleforge.comms.heap import reuse_freed_tensor_memory
 from sampleforge.components.batcher import Dataset
 from sampleforge.components.learner import Learner
-from sampleforge.components.model_factory import make_actor_critic
 from sampleforge.components.runner import Runner
 from sampleforge.config import Config
+from sampleforge.envs.envpool_env import is_envpool_spec
 from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec, env_info, make_env, resolve_env
-from sampleforge.spaces import action_spec, observation_specs
+from sampleforge.envs.stepping.env_split import StepTargets
+from sampleforge.envs.stepping.factory import make_env_split
+from sampleforge.models.factory import make_actor_critic, resolve_device
+from sampleforge.spaces import action_spec, categorical_sizes, observation_specs
 
 # --- pure simulation ------------------------------------------------------------------------
 
@@ -42,15 +47,19 @@ def _simulate(env_spec: EnvSpec, num_envs: int, seconds: float, index: int) -> i
     of a multi-agent env counts, as in training)."""
     torch.set_num_threads(1)
     reuse_freed_tensor_memory()  # as in a rollout worker
-    envs = [make_env(env_spec, EnvContext(worker_index=index, env_index=i, seed=index * 1000 + i))
-            for i in range(num_envs)]
+    envs = [
+        make_env(env_spec, EnvContext(worker_index=index, env_index=i, seed=index * 1000 + i))
+        for i in range(num_envs)
+    ]
     for env in envs:
         env.reset()
     seats = envs[0].num_agents if isinstance(envs[0], MultiAgentEnv) else None
     space = envs[0].action_space
     # Sampling is not simulation: draw the actions beforehand.
-    actions = [space.sample() if seats is None else [space.sample() for _ in range(seats)]
-               for _ in range(1024)]
+    actions = [
+        space.sample() if seats is None else [space.sample() for _ in range(seats)]
+        for _ in range(1024)
+    ]
     steps, deadline = 0, time.perf_counter() + seconds
     while time.perf_counter() < deadline:
         for env in envs:
@@ -63,13 +72,15 @@ def _simulate(env_spec: EnvSpec, num_envs: int, seconds: float, index: int) -> i
     return steps * (seats or 1)
 
 
-def pure_simulation_fps(env_name: str, *, processes: int, envs_per_process: int,
-                        seconds: float) -> float:
+def pure_simulation_fps(
+    env_name: str, *, processes: int, envs_per_process: int, seconds: float
+) -> float:
     """Env frames per second of `processes` processes stepping envs with random actions."""
     spec = resolve_env(env_name)
     with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        steps = pool.starmap(_simulate, [(spec, envs_per_process, seconds, i)
-                                         for i in range(processes)])
+        steps = pool.starmap(
+            _simulate, [(spec, envs_per_process, seconds, i) for i in range(processes)]
+        )
     return sum(steps) * spec.frameskip / seconds
 
 
@@ -84,6 +95,7 @@ class ComputeCosts:
     inference: float
     learner: float
     inference_batch_size: int
+    device: str = "cpu"  # where inference and learner were measured
 
     def limit_fps(self, cores: int, frameskip: int) -> float:
         return cores / (self.env_step + self.inference + self.learner) * frameskip
@@ -99,8 +111,9 @@ def _time_per_call(fn, min_seconds: float, warm_up: bool = True) -> float:
     return (time.perf_counter() - start) / calls
 
 
-def compute_costs(cfg: Config, inference_batch_size: int, seconds: float = 3.0,
-                  rounds: int = 5) -> ComputeCosts:
+def compute_costs(
+    cfg: Config, inference_batch_size: int, seconds: float = 3.0, rounds: int = 5
+) -> ComputeCosts:
     """Per-sample cost of each workload: the median of `rounds` interleaved measurements of
     `seconds / rounds` each, so that a burst of noise from a shared host lands in one round of
     one workload instead of in the whole of one."""
@@ -108,54 +121,142 @@ def compute_costs(cfg: Config, inference_batch_size: int, seconds: float = 3.0,
     reuse_freed_tensor_memory()  # the heap policy of the component processes
     env = env_info(cfg.env)
     env_spec = resolve_env(cfg.env)
-    model = make_actor_critic(cfg, env.observation_space, env.action_space).eval()
-    obs = _random_obs(observation_specs(env.observation_space), (inference_batch_size,))
-    rnn = torch.zeros(inference_batch_size, model.rnn_state_size)
+    device = resolve_device(cfg.device)
+    model = make_actor_critic(cfg, env.observation_space, env.action_space).to(device).eval()
+    obs = _random_obs(observation_specs(env.observation_space), (inference_batch_size,), device)
+    rnn = torch.zeros(inference_batch_size, int(model.rnn_state_size), device=device)
 
     def infer():
         with torch.inference_mode():
             model.act(obs, rnn)
+        _synchronize(device)
 
-    learner = Learner(cfg, env.observation_space, env.action_space, torch.device("cpu"))
-    data = _random_dataset(cfg, env)
+    learner = Learner(cfg, env.observation_space, env.action_space, device)
+    data = _random_dataset(cfg, env, device)
 
     def train():
         learner.train(data, lambda: None)
+        _synchronize(device)
 
+    step_envs = _EnvStepper(cfg, env_spec)
     infer(), train()  # warm up once: allocations, lazy initialisation
     per_round = seconds / rounds
     env_step, inference, learning = [], [], []
-    for _ in range(rounds):
-        env_step.append(per_round / max(_simulate(env_spec, 1, per_round, 0), 1))
-        inference.append(_time_per_call(infer, per_round, warm_up=False)
-                         / inference_batch_size)
-        learning.append(_time_per_call(train, per_round, warm_up=False) / cfg.dataset_size)
-    return ComputeCosts(statistics.median(env_step), statistics.median(inference),
-                        statistics.median(learning), inference_batch_size)
+    try:
+        for _ in range(rounds):
+            env_step.append(step_envs(per_round))
+            inference.append(_time_per_call(infer, per_round, warm_up=False) / inference_batch_size)
+            learning.append(_time_per_call(train, per_round, warm_up=False) / cfg.dataset_size)
+    finally:
+        step_envs.close()
+    return ComputeCosts(
+        statistics.median(env_step),
+        statistics.median(inference),
+        statistics.median(learning),
+        inference_batch_size,
+        str(device),
+    )
 
 
-def _random_obs(specs, lead: tuple[int, ...]) -> dict[str, torch.Tensor]:
+def _synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a timing includes it (CUDA runs async)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class _EnvStepper:
+    """Seconds per agent step of the env, stepped as a rollout worker steps it."""
+
+    def __init__(self, cfg: Config, env_spec: EnvSpec) -> None:
+        self.env_spec = env_spec
+        self.split = None
+        if is_envpool_spec(env_spec):
+            # One split of a rollout worker: EnvPool steps its whole batch with its threads.
+            per_split = max(1, cfg.num_envs_per_worker // cfg.worker_num_splits)
+            self.split = make_env_split(
+                env_spec=env_spec,
+                worker_index=0,
+                first_env_index=0,
+                num_envs=per_split,
+                seed=0,
+                error_policy="fail",
+            )
+            self.targets = _step_targets(self.split.num_rows, env_spec)
+            self.split.reset_all(self.targets.next_obs)
+            space = env_info(env_spec.name).action_space
+            self.actions = [_random_actions(space, self.split.num_rows) for _ in range(64)]
+
+    def __call__(self, seconds: float) -> float:
+        if self.split is None:
+            return seconds / max(_simulate(self.env_spec, 1, seconds, 0), 1)
+        steps, deadline = 0, time.perf_counter() + seconds
+        start = time.perf_counter()
+        while time.perf_counter() < deadline:
+            self.split.step(self.actions[steps % len(self.actions)], self.targets)
+            steps += 1
+        return (time.perf_counter() - start) / (steps * self.split.num_rows)
+
+    def close(self) -> None:
+        if self.split is not None:
+            self.split.close()
+
+
+def _step_targets(rows: int, env_spec: EnvSpec) -> StepTargets:
+    specs = observation_specs(env_info(env_spec.name).observation_space)
+    return StepTargets(
+        rewards=np.zeros(rows, np.float32),
+        dones=np.zeros(rows, np.float32),
+        valids=np.zeros(rows, np.float32),
+        next_obs={k: np.zeros((rows, *s.shape), s.numpy_dtype) for k, s in specs.items()},
+    )
+
+
+def _random_actions(space, rows: int) -> np.ndarray:
+    """[rows, A] actions in the buffer's format, uniformly random."""
+    rng = np.random.default_rng(0)
+    spec = action_spec(space)
+    if spec.dtype == torch.int64:
+        sizes = np.asarray(categorical_sizes(space))
+        return rng.integers(0, sizes, size=(rows, len(sizes)))
+    low, high = space.low.reshape(-1), space.high.reshape(-1)
+    low, high = np.maximum(low, -1.0), np.minimum(high, 1.0)  # unbounded Boxes
+    return rng.uniform(low, high, size=(rows, spec.shape[0])).astype(np.float32)
+
+
+def _random_obs(
+    specs, lead: tuple[int, ...], device: torch.device | None = None
+) -> dict[str, torch.Tensor]:
     out = {}
     for key, spec in specs.items():
         if spec.dtype == torch.uint8:
             out[key] = torch.randint(0, 256, lead + spec.shape, dtype=torch.uint8)
         else:
             out[key] = torch.randn(lead + spec.shape)
-    return out
+    return {key: value.to(device or "cpu") for key, value in out.items()}
 
 
-def _random_dataset(cfg: Config, env) -> Dataset:
+def _random_dataset(cfg: Config, env, device: torch.device | None = None) -> Dataset:
     T, B = cfg.rollout + 1, cfg.dataset_size // cfg.rollout
     spec = action_spec(env.action_space)
-    actions = (torch.zeros((T, B) + spec.shape, dtype=spec.dtype) if spec.dtype == torch.int64
-               else torch.randn((T, B) + spec.shape))
+    actions = (
+        torch.zeros((T, B) + spec.shape, dtype=spec.dtype)
+        if spec.dtype == torch.int64
+        else torch.randn((T, B) + spec.shape)
+    )
     model = make_actor_critic(cfg, env.observation_space, env.action_space)
-    return Dataset(obs=_random_obs(observation_specs(env.observation_space), (T, B)),
-                   actions=actions, rnn_states=torch.zeros(T, B, model.rnn_state_size),
-                   rewards=torch.randn(T, B), dones=torch.zeros(T, B), valids=torch.ones(T, B),
-                   log_probs=torch.full((T, B), -1.0), values=torch.zeros(T, B),
-                   policy_versions=torch.zeros(T, B, dtype=torch.int64),
-                   policy_ids=torch.zeros(T, B, dtype=torch.int32))
+    data = Dataset(
+        obs=_random_obs(observation_specs(env.observation_space), (T, B)),
+        actions=actions,
+        rnn_states=torch.zeros(T, B, int(model.rnn_state_size)),
+        rewards=torch.randn(T, B),
+        dones=torch.zeros(T, B),
+        valids=torch.ones(T, B),
+        log_probs=torch.full((T, B), -1.0),
+        values=torch.zeros(T, B),
+        policy_versions=torch.zeros(T, B, dtype=torch.int64),
+        policy_ids=torch.zeros(T, B, dtype=torch.int32),
+    )
+    return data.to(device or torch.device("cpu"))
 
 
 # --- training -------------------------------------------------------------------------------
@@ -181,12 +282,15 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
             samples.append((time.monotonic(), p.frames_collected, p.lag_sum, p.lag_reports))
             return True
 
-        runner.train(seconds=warmup_sec + measure_sec, callback=record,
-                     callback_every_env_steps=max(1, cfg.dataset_size))
+        runner.train(
+            seconds=warmup_sec + measure_sec,
+            callback=record,
+            callback_every_env_steps=max(1, cfg.dataset_size),
+        )
         memory = _tree_memory_mb(os.getpid())
         perf = dict(runner.progress.timings)
         perf.update({k: v for k, v in runner.progress.last_stats.items() if k.startswith("perf/")})
-        batches = runner.inference_stats
+        batches = (runner.progress.inference_batches, runner.progress.inference_samples)
     # Progress arrives once per learner iteration: a window that saw fewer than two of them
     # (a slow config or a loaded machine) has no rate to give, and says so with NaN.
     measured = [s for s in samples if s[0] - samples[0][0] >= warmup_sec]
@@ -218,4 +322,3 @@ def _children(root: int) -> list[int]:
         return [int(p) for p in Path(f"/proc/{root}/task/{root}/children").read_text().split()]
     except OSError:
         return []
-

@@ -5,7 +5,10 @@ JSON keys (stable; scripts read them):
 - `pure_sim_fps`: env frames/s with random actions, one process per core, no model;
 - `compute_limit_fps`: cores / (env step + inference + learner cost per sample) x frameskip;
 - `train_fps`: steady-state env frames/s of the full system after warm-up;
-- `train_over_pure_sim`, `train_over_compute_limit`: the two ratios;
+- `train_over_pure_sim`, `train_over_compute_limit`: the two ratios (null when withheld: see
+  `load_pure_sim` / `load_costs`, the median number of runnable tasks during the two isolated
+  measurements; a ratio is withheld when either exceeded what the measurement itself runs,
+  `cores` and 1, by more than half a core, because another job was taking cores then);
 - `mean_policy_lag`: mean lag in SGD steps during the measurement;
 - plus `cores`, `frameskip`, `inference_batch_size`, `costs_us` (per-sample costs in
   microseconds), `memory_mb`, `bottleneck` and `perf` (seconds per component activity).
@@ -33,13 +36,35 @@ class BenchReport:
     memory_mb: float
     bottleneck: str
     perf: dict[str, float] = field(default_factory=dict)
+    load_pure_sim: float | None = None  # runnable tasks during pure simulation (median)
+    load_costs: float | None = None  # ... and during the per-sample costs
+    device: str = "cpu"  # where inference and learner costs were measured
 
     @property
-    def train_over_pure_sim(self) -> float:
+    def load_problem(self) -> str | None:
+        """Why the ratios cannot be trusted (another job was taking cores), or None."""
+        expected = {
+            "pure simulation": (self.load_pure_sim, self.cores),
+            "per-sample costs": (self.load_costs, 1),
+        }
+        for what, (load, own) in expected.items():
+            if load is not None and load > own + 0.5:
+                return (
+                    f"the machine ran {load:.1f} tasks during {what}, which itself runs "
+                    f"{own}: another job was taking cores"
+                )
+        return None
+
+    @property
+    def train_over_pure_sim(self) -> float | None:
+        if self.load_problem:
+            return None
         return self.train_fps / self.pure_sim_fps if self.pure_sim_fps else float("nan")
 
     @property
-    def train_over_compute_limit(self) -> float:
+    def train_over_compute_limit(self) -> float | None:
+        if self.load_problem:
+            return None
         return self.train_fps / self.compute_limit_fps if self.compute_limit_fps else float("nan")
 
     def to_json(self) -> str:
@@ -48,6 +73,25 @@ class BenchReport:
         data["train_over_compute_limit"] = self.train_over_compute_limit
         return json.dumps(data, sort_keys=True)
 
+    def _ratio_line(self) -> str:
+        problem = self.load_problem
+        if problem:
+            return f"  ratios withheld: {problem}; measure again on a quiet machine"
+        return (
+            f"  training / pure simulation {self.train_over_pure_sim:6.1%}   training / "
+            f"compute limit {self.train_over_compute_limit:6.1%}   ({self.bottleneck})"
+        )
+
+    def _load_line(self) -> str:
+        def shown(load: float | None) -> str:
+            return "unknown" if load is None else f"{load:.1f}"
+
+        return (
+            f"  machine load (runnable tasks): {shown(self.load_pure_sim)} during pure "
+            f"simulation ({self.cores} of them its own), {shown(self.load_costs)} during "
+            f"per-sample costs (1 its own)"
+        )
+
     def lines(self) -> list[str]:
         c = self.costs_us
         return [
@@ -55,12 +99,13 @@ class BenchReport:
             f"  pure simulation    {self.pure_sim_fps:>12,.0f} frames/s",
             f"  compute limit      {self.compute_limit_fps:>12,.0f} frames/s   (per sample: env "
             f"{c['env_step']:.1f} us + inference {c['inference']:.1f} us at batch "
-            f"{self.inference_batch_size:.0f} + learner {c['learner']:.1f} us)",
+            f"{self.inference_batch_size:.0f} + learner {c['learner']:.1f} us; model on "
+            f"{self.device})",
             f"  training           {self.train_fps:>12,.0f} frames/s   "
             f"{self.sgd_steps_per_1000_samples:.2f} SGD steps per 1,000 samples   mean policy "
             f"lag {self.mean_policy_lag:.1f}",
-            f"  training / pure simulation {self.train_over_pure_sim:6.1%}   training / compute "
-            f"limit {self.train_over_compute_limit:6.1%}   ({self.bottleneck})",
+            self._ratio_line(),
+            self._load_line(),
             f"  memory {self.memory_mb:,.0f} MB ({self.memory_mb / max(self.num_envs, 1):.2f} "
             f"MB per env)",
         ]

@@ -39,8 +39,9 @@ class SamplerLedger:
         self.generations = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.heartbeats = torch.zeros(num_workers, dtype=torch.float64).share_memory_()
         # Until the learners first say otherwise, every slot may be filled.
-        self.sampling_slots = torch.full((num_policies,), num_slots,
-                                         dtype=torch.int32).share_memory_()
+        self.sampling_slots = torch.full(
+            (num_policies,), num_slots, dtype=torch.int32
+        ).share_memory_()
         self._views: dict[str, object] | None = None
 
     def _np(self, name: str):
@@ -49,9 +50,10 @@ class SamplerLedger:
         rollout worker could lose a slot (between two bookkeeping steps) to well under a
         microsecond."""
         if self._views is None:
-            self._views = {key: getattr(self, key).numpy()
-                           for key in ("slot_owners", "slot_readers", "heartbeats",
-                                       "sampling_slots")}
+            self._views = {
+                key: getattr(self, key).numpy()
+                for key in ("slot_owners", "slot_readers", "heartbeats", "sampling_slots")
+            }
         return self._views[name]
 
     def beat(self, worker: int) -> None:

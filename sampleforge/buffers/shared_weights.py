@@ -25,8 +25,10 @@ def _split_by_kind(model: nn.Module) -> tuple[list[torch.Tensor], list[torch.Ten
     """(floating-point tensors, the others): integer buffers such as a normaliser's sample
     count travel as float64, which holds them exactly up to 2**53; float32 would round them."""
     tensors = _tensors_of(model)
-    return ([t for t in tensors if t.is_floating_point()],
-            [t for t in tensors if not t.is_floating_point()])
+    return (
+        [t for t in tensors if t.is_floating_point()],
+        [t for t in tensors if not t.is_floating_point()],
+    )
 
 
 def model_numel(model: nn.Module) -> tuple[int, int]:
@@ -61,7 +63,7 @@ class SharedPolicyWeights:
                 offset = 0
                 for tensor in tensors:
                     n = tensor.numel()
-                    flat[offset:offset + n].copy_(tensor.reshape(-1))
+                    flat[offset : offset + n].copy_(tensor.reshape(-1))
                     offset += n
             if self.flat.device.type == "cuda":
                 torch.cuda.current_stream(self.flat.device).synchronize()
@@ -95,5 +97,5 @@ class SharedPolicyWeights:
                 offset = 0
                 for tensor in tensors:
                     n = tensor.numel()
-                    tensor.copy_(flat[offset:offset + n].view_as(tensor))
+                    tensor.copy_(flat[offset : offset + n].view_as(tensor))
                     offset += n

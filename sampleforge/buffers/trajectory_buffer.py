@@ -72,8 +72,9 @@ class SharedTrajectoryBuffer:
         # them through numpy views; inference and learner move what they read to their device.
         self.layout = layout
         lead = (layout.num_slots, layout.rollout + 1, layout.rows_per_slot)
-        self.obs = {key: _shared(lead + spec.shape, spec.dtype)
-                    for key, spec in layout.obs_specs.items()}
+        self.obs = {
+            key: _shared(lead + spec.shape, spec.dtype) for key, spec in layout.obs_specs.items()
+        }
         self.actions = _shared(lead + layout.action_spec.shape, layout.action_spec.dtype)
         self.rnn_states = _shared(lead + (layout.rnn_state_size,), torch.float32)
         self.rewards = _shared(lead, torch.float32)
@@ -94,10 +95,17 @@ class SharedTrajectoryBuffer:
     def fields(self) -> dict[str, torch.Tensor]:
         """Every tensor, observations as `obs.<key>`."""
         out = {f"obs.{k}": v for k, v in self.obs.items()}
-        out.update(actions=self.actions, rnn_states=self.rnn_states, rewards=self.rewards,
-                   dones=self.dones, valids=self.valids, log_probs=self.log_probs,
-                   values=self.values, policy_versions=self.policy_versions,
-                   policy_ids=self.policy_ids)
+        out.update(
+            actions=self.actions,
+            rnn_states=self.rnn_states,
+            rewards=self.rewards,
+            dones=self.dones,
+            valids=self.valids,
+            log_probs=self.log_probs,
+            values=self.values,
+            policy_versions=self.policy_versions,
+            policy_ids=self.policy_ids,
+        )
         return out
 
     def carry_over(self, from_slot: int, to_slot: int) -> None:

@@ -258,9 +258,9 @@ class CheckpointStore:
             except CheckpointError as err:
                 skipped.append((path, err))
                 continue
-            for bad, err in skipped:
+            for bad, reason in skipped:
                 warnings.warn(
-                    f"skipping unusable checkpoint {bad} ({err}); falling back to {path.name}",
+                    f"skipping unusable checkpoint {bad} ({reason}); falling back to {path.name}",
                     RuntimeWarning,
                     stacklevel=2,
                 )

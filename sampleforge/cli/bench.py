@@ -25,22 +25,41 @@ HELP = "Measure training FPS against pure simulation and the machine's compute l
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("benchmark")
-    group.add_argument("--duration", type=float, default=60.0,
-                       help="seconds of steady-state training measured (default: 60)")
-    group.add_argument("--warmup", type=float, default=15.0,
-                       help="seconds of training before measuring (default: 15)")
+    group.add_argument(
+        "--duration",
+        type=float,
+        default=60.0,
+        help="seconds of steady-state training measured (default: 60)",
+    )
+    group.add_argument(
+        "--warmup",
+        type=float,
+        default=15.0,
+        help="seconds of training before measuring (default: 15)",
+    )
     add_switch(group, "--json", help="also print one JSON object")
-    group.add_argument("--cores", type=int, default=os.cpu_count(),
-                       help="cores for pure simulation and the compute limit (default: all)")
-    add_switch(group, "--sweep",
-                       help="repeat training over total env counts; writes CSV and PNG")
-    group.add_argument("--sweep_envs", default="8,16,32,64,128,256,512,1024",
-                       help="total env counts of the sweep, comma separated")
-    add_switch(group, "--tune",
-                       help="try rollout workers x envs per worker x splits for this env and "
-                       "print the fastest")
-    group.add_argument("--out", default="bench_results",
-                       help="folder for the sweep's CSV and PNG (default: bench_results)")
+    group.add_argument(
+        "--cores",
+        type=int,
+        default=os.cpu_count(),
+        help="cores for pure simulation and the compute limit (default: all)",
+    )
+    add_switch(group, "--sweep", help="repeat training over total env counts; writes CSV and PNG")
+    group.add_argument(
+        "--sweep_envs",
+        default="8,16,32,64,128,256,512,1024",
+        help="total env counts of the sweep, comma separated",
+    )
+    add_switch(
+        group,
+        "--tune",
+        help="try rollout workers x envs per worker x splits for this env and print the fastest",
+    )
+    group.add_argument(
+        "--out",
+        default="bench_results",
+        help="folder for the sweep's CSV and PNG (default: bench_results)",
+    )
     add_config_arguments(parser)
 
 
@@ -58,30 +77,49 @@ def run(args: argparse.Namespace) -> int:
 
 def _measure(args: argparse.Namespace, base) -> int:
     """The three measurements and their ratios (the default mode)."""
+    from sampleforge.bench.machine_load import MachineLoad
     from sampleforge.bench.measure import compute_costs, pure_simulation_fps, training_fps
     from sampleforge.bench.report import BenchReport
     from sampleforge.telemetry.bottleneck import bottleneck
 
     frameskip = _frameskip(base.env)
     print(f"measuring pure simulation of {base.env} on {args.cores} cores ...", file=sys.stderr)
-    pure = pure_simulation_fps(base.env, processes=args.cores,
-                               envs_per_process=base.envs_per_split,
-                               seconds=min(10.0, args.duration))
+    with MachineLoad() as pure_load:
+        pure = pure_simulation_fps(
+            base.env,
+            processes=args.cores,
+            envs_per_process=base.envs_per_split,
+            seconds=min(10.0, args.duration),
+        )
     print("measuring training ...", file=sys.stderr)
     train = training_fps(base, warmup_sec=args.warmup, measure_sec=args.duration)
     batch = max(1, round(train.mean_inference_batch)) if train.mean_inference_batch > 0 else 1
     print(f"measuring per-sample costs (inference batch {batch}) ...", file=sys.stderr)
-    costs = compute_costs(base, batch)
+    with MachineLoad() as costs_load:
+        costs = compute_costs(base, batch)
     report = BenchReport(
-        env=base.env, num_envs=base.num_workers * base.num_envs_per_worker, cores=args.cores,
-        frameskip=frameskip, pure_sim_fps=pure,
-        compute_limit_fps=costs.limit_fps(args.cores, frameskip), train_fps=train.fps,
+        env=base.env,
+        num_envs=base.num_workers * base.num_envs_per_worker,
+        cores=args.cores,
+        frameskip=frameskip,
+        pure_sim_fps=pure,
+        compute_limit_fps=costs.limit_fps(args.cores, frameskip),
+        train_fps=train.fps,
         mean_policy_lag=train.mean_policy_lag,
         sgd_steps_per_1000_samples=base.sgd_steps_per_1000_samples,
         inference_batch_size=train.mean_inference_batch,
-        costs_us={"env_step": costs.env_step * 1e6, "inference": costs.inference * 1e6,
-                  "learner": costs.learner * 1e6},
-        memory_mb=train.memory_mb, bottleneck=bottleneck(train.perf), perf=train.perf)
+        costs_us={
+            "env_step": costs.env_step * 1e6,
+            "inference": costs.inference * 1e6,
+            "learner": costs.learner * 1e6,
+        },
+        memory_mb=train.memory_mb,
+        bottleneck=bottleneck(train.perf),
+        perf=train.perf,
+        load_pure_sim=pure_load.median,
+        load_costs=costs_load.median,
+        device=costs.device,
+    )
     print("\n".join(report.lines()))
     if args.json:
         print(report.to_json())
@@ -91,13 +129,19 @@ def _measure(args: argparse.Namespace, base) -> int:
 def _bench_config(args: argparse.Namespace):
     cfg = config_from_args(args)
     # A throwaway experiment: a benchmark never resumes or touches a user's run.
-    return cfg.replace(train_dir=tempfile.mkdtemp(prefix="sampleforge_bench_"),
-                       restart_behavior="overwrite", stop_at_mean_return=float("inf"),
-                       train_for_env_steps=10**12, save_every_sec=10**9, tensorboard=False)
+    return cfg.replace(
+        train_dir=tempfile.mkdtemp(prefix="sampleforge_bench_"),
+        restart_behavior="overwrite",
+        stop_at_mean_return=float("inf"),
+        train_for_env_steps=10**12,
+        save_every_sec=10**9,
+        tensorboard=False,
+    )
 
 
 def _frameskip(env: str) -> int:
     from sampleforge.envs.registry import env_info
+
     return env_info(env).frameskip
 
 
@@ -114,13 +158,21 @@ def _sweep(args: argparse.Namespace, base) -> int:
         cfg = base.replace(num_envs_per_worker=per_worker)
         m = training_fps(cfg, warmup_sec=args.warmup, measure_sec=args.duration)
         envs = per_worker * cfg.num_workers
-        rows.append({"num_envs": envs, "train_fps": round(m.fps, 1),
-                     "mean_policy_lag": round(m.mean_policy_lag, 2),
-                     "memory_mb": round(m.memory_mb, 1),
-                     "memory_mb_per_env": round(m.memory_mb / envs, 3)})
-        print(f"{envs:>6} envs: {m.fps:>10,.0f} frames/s  {cfg.sgd_steps_per_1000_samples:.2f} "
-              f"SGD steps/1k samples  lag {m.mean_policy_lag:5.1f}  memory "
-              f"{m.memory_mb:8,.0f} MB ({m.memory_mb / envs:.2f} MB/env)", flush=True)
+        rows.append(
+            {
+                "num_envs": envs,
+                "train_fps": round(m.fps, 1),
+                "mean_policy_lag": round(m.mean_policy_lag, 2),
+                "memory_mb": round(m.memory_mb, 1),
+                "memory_mb_per_env": round(m.memory_mb / envs, 3),
+            }
+        )
+        print(
+            f"{envs:>6} envs: {m.fps:>10,.0f} frames/s  {cfg.sgd_steps_per_1000_samples:.2f} "
+            f"SGD steps/1k samples  lag {m.mean_policy_lag:5.1f}  memory "
+            f"{m.memory_mb:8,.0f} MB ({m.memory_mb / envs:.2f} MB/env)",
+            flush=True,
+        )
     csv_path = out / f"sweep_{base.env}.csv"
     with open(csv_path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -141,17 +193,23 @@ def _tune(args: argparse.Namespace, base) -> int:
     for workers in sorted({1, max(1, args.cores // 2), args.cores}):
         for per_worker in (8, 16, 32, 64):
             for splits in (1, 2):
-                cfg = base.replace(num_workers=workers, num_envs_per_worker=per_worker,
-                                   worker_num_splits=splits)
+                cfg = base.replace(
+                    num_workers=workers, num_envs_per_worker=per_worker, worker_num_splits=splits
+                )
                 m = training_fps(cfg, warmup_sec=args.warmup, measure_sec=args.duration)
                 results.append((m.fps, workers, per_worker, splits, m.mean_policy_lag))
-                print(f"  {workers} worker(s) x {per_worker:>3} envs, {splits} split(s): "
-                      f"{m.fps:>10,.0f} frames/s ({cfg.sgd_steps_per_1000_samples:.2f} SGD "
-                      f"steps/1k samples), lag {m.mean_policy_lag:.1f}", flush=True)
+                print(
+                    f"  {workers} worker(s) x {per_worker:>3} envs, {splits} split(s): "
+                    f"{m.fps:>10,.0f} frames/s ({cfg.sgd_steps_per_1000_samples:.2f} SGD "
+                    f"steps/1k samples), lag {m.mean_policy_lag:.1f}",
+                    flush=True,
+                )
     fps, workers, per_worker, splits, lag = max(results)
-    print(f"fastest: --num_workers {workers} --num_envs_per_worker {per_worker} "
-          f"--worker_num_splits {splits} ({fps:,.0f} frames/s, policy lag {lag:.1f}); check "
-          "that the lag suits learning before adopting it")
+    print(
+        f"fastest: --num_workers {workers} --num_envs_per_worker {per_worker} "
+        f"--worker_num_splits {splits} ({fps:,.0f} frames/s, policy lag {lag:.1f}); check "
+        "that the lag suits learning before adopting it"
+    )
     return 0
 
 
@@ -159,8 +217,9 @@ def _check_plotting() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise SystemExit("bench --sweep draws a PNG and needs matplotlib: "
-                         "pip install matplotlib") from None
+        raise SystemExit(
+            "bench --sweep draws a PNG and needs matplotlib: pip install matplotlib"
+        ) from None
 
 
 def _plot_sweep(rows: list[dict], env: str, path: Path) -> Path:

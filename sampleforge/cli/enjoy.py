@@ -9,23 +9,35 @@ import sys
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, local_policy_from_args
 from sampleforge.config.cli_args import add_switch
 
-HELP = ("Play episodes with a trained policy and print their returns; --save_video writes an "
-        "MP4 into the experiment folder.")
+HELP = (
+    "Play episodes with a trained policy and print their returns; --save_video writes an "
+    "MP4 into the experiment folder."
+)
 DEFAULT_EPISODES = 3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("enjoy")
-    group.add_argument("--max_num_episodes", type=int, default=DEFAULT_EPISODES,
-                       help=f"Episodes to play. (default: {DEFAULT_EPISODES})")
-    add_switch(group, "--save_video",
-                       help="Record the episodes (rgb_array rendering) as an MP4 video.")
-    group.add_argument("--video_name", default="replay.mp4",
-                       help="File name of the video in the experiment folder, or a path. "
-                       "(default: replay.mp4)")
-    group.add_argument("--fps", type=float, default=None,
-                       help="Frames per second of the video. (default: the env's render_fps, "
-                       "else 30)")
+    group.add_argument(
+        "--max_num_episodes",
+        type=int,
+        default=DEFAULT_EPISODES,
+        help=f"Episodes to play. (default: {DEFAULT_EPISODES})",
+    )
+    add_switch(
+        group, "--save_video", help="Record the episodes (rgb_array rendering) as an MP4 video."
+    )
+    group.add_argument(
+        "--video_name",
+        default="replay.mp4",
+        help="File name of the video in the experiment folder, or a path. (default: replay.mp4)",
+    )
+    group.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        help="Frames per second of the video. (default: the env's render_fps, else 30)",
+    )
     add_policy_arguments(parser)
 
 
@@ -33,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
     from sampleforge.evaluation import EpisodeRunner, VideoRecorder
 
     if args.max_num_episodes < 1:
-        print(f"sampleforge: --max_num_episodes {args.max_num_episodes} must be >= 1",
-              file=sys.stderr)
+        print(
+            f"sampleforge: --max_num_episodes {args.max_num_episodes} must be >= 1", file=sys.stderr
+        )
         return 2
     try:
         source, policy, env_metadata = local_policy_from_args(args)
@@ -49,10 +62,15 @@ def run(args: argparse.Namespace) -> int:
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         recorder = VideoRecorder(source.experiment_dir / args.video_name, fps=fps)
     episodes = EpisodeRunner(
-        policy, source.env_spec, range(args.max_num_episodes), seed=source.cfg.seed,
-        deterministic=source.cfg.eval_deterministic, num_envs=1,
+        policy,
+        source.env_spec,
+        range(args.max_num_episodes),
+        seed=source.cfg.seed,
+        deterministic=source.cfg.eval_deterministic,
+        num_envs=1,
         render_mode="rgb_array" if recorder else None,
-        on_frame=recorder.add if recorder else None)
+        on_frame=recorder.add if recorder else None,
+    )
     try:
         _play(episodes)
     finally:
@@ -72,6 +90,5 @@ def _play(episodes) -> None:
     while not episodes.done:
         episodes.step()
         for index, episode_return, length in episodes.results[printed:]:
-            print(f"episode {index + 1}: return {episode_return:.2f}, length {length}",
-                  flush=True)
+            print(f"episode {index + 1}: return {episode_return:.2f}, length {length}", flush=True)
         printed = len(episodes.results)

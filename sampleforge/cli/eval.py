@@ -9,18 +9,26 @@ import sys
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, policy_from_args
 from sampleforge.config.cli_args import add_switch
 
-HELP = ("Evaluate a trained policy over many episodes in parallel processes (policy on CPU) and "
-        "report mean, std, min and max return. Episodes: --eval_episodes; greedy actions: "
-        "--eval_deterministic.")
+HELP = (
+    "Evaluate a trained policy over many episodes in parallel processes (policy on CPU) and "
+    "report mean, std, min and max return. Episodes: --eval_episodes; greedy actions: "
+    "--eval_deterministic."
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("eval")
-    group.add_argument("--num_processes", type=int, default=None,
-                       help="Evaluation processes. (default: one per core)")
-    add_switch(group, "--json",
-                       help="Print the result as one JSON object (with every episode's return "
-                       "and length).")
+    group.add_argument(
+        "--num_processes",
+        type=int,
+        default=None,
+        help="Evaluation processes. (default: one per core)",
+    )
+    add_switch(
+        group,
+        "--json",
+        help="Print the result as one JSON object (with every episode's return and length).",
+    )
     add_policy_arguments(parser)
 
 
@@ -36,16 +44,31 @@ def run(args: argparse.Namespace) -> int:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
     cfg = source.cfg
-    result = evaluate_in_processes(cfg, source.env_spec, source.state_dict,
-                                   num_episodes=cfg.eval_episodes,
-                                   num_processes=args.num_processes, seed=cfg.seed,
-                                   deterministic=cfg.eval_deterministic)
+    result = evaluate_in_processes(
+        cfg,
+        source.env_spec,
+        source.state_dict,
+        num_episodes=cfg.eval_episodes,
+        num_processes=args.num_processes,
+        seed=cfg.seed,
+        deterministic=cfg.eval_deterministic,
+    )
     if args.json:
-        print(json.dumps({**result.summary(), "checkpoint": str(source.checkpoint),
-                          "returns": list(result.returns), "lengths": list(result.lengths)}))
+        print(
+            json.dumps(
+                {
+                    **result.summary(),
+                    "checkpoint": str(source.checkpoint),
+                    "returns": list(result.returns),
+                    "lengths": list(result.lengths),
+                }
+            )
+        )
         return 0
     print(f"policy: {source.checkpoint}")
-    print(f"episodes {result.num_episodes}: mean return {result.mean_return:.2f}, std "
-          f"{result.std_return:.2f}, min {result.min_return:.2f}, max {result.max_return:.2f} "
-          f"(mean length {result.mean_length:.1f})")
+    print(
+        f"episodes {result.num_episodes}: mean return {result.mean_return:.2f}, std "
+        f"{result.std_return:.2f}, min {result.min_return:.2f}, max {result.max_return:.2f} "
+        f"(mean length {result.mean_length:.1f})"
+    )
     return 0

@@ -8,19 +8,24 @@ from pathlib import Path
 
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, local_policy_from_args
 
-HELP = ("Export a trained policy's acting step (observations -> deterministic action, action "
-        "logits or mean, value; recurrent state in and out) as an ONNX model.")
+HELP = (
+    "Export a trained policy's acting step (observations -> deterministic action, action "
+    "logits or mean, value; recurrent state in and out) as an ONNX model."
+)
 FORMATS = ("onnx",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("export")
-    group.add_argument("--format", choices=FORMATS, default="onnx",
-                       help="Model format. (default: onnx)")
-    group.add_argument("--output", default=None,
-                       help="Output file. (default: policy.onnx in the experiment folder)")
-    group.add_argument("--opset", type=int, default=None,
-                       help="ONNX opset version. (default: 17)")
+    group.add_argument(
+        "--format", choices=FORMATS, default="onnx", help="Model format. (default: onnx)"
+    )
+    group.add_argument(
+        "--output",
+        default=None,
+        help="Output file. (default: policy.onnx in the experiment folder)",
+    )
+    group.add_argument("--opset", type=int, default=None, help="ONNX opset version. (default: 17)")
     add_policy_arguments(parser)
 
 
@@ -35,6 +40,8 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output) if args.output else source.experiment_dir / "policy.onnx"
     info = export_onnx(policy.model, output, opset_version=args.opset or DEFAULT_OPSET)
     print(f"policy: {source.checkpoint}")
-    print(f"wrote {info.path}: inputs {', '.join(info.input_names)}; outputs "
-          f"{', '.join(info.output_names)}")
+    print(
+        f"wrote {info.path}: inputs {', '.join(info.input_names)}; outputs "
+        f"{', '.join(info.output_names)}"
+    )
     return 0

@@ -29,8 +29,9 @@ SUBCOMMANDS = ("train", "enjoy", "eval", "plot", "export", "bench")
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ConfigArgumentParser(prog="sampleforge", description=__doc__.split("\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True,
-                                     parser_class=ConfigArgumentParser)
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=ConfigArgumentParser
+    )
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"sampleforge.cli.{name}")
         sub = commands.add_parser(name, help=module.HELP, description=module.HELP)
@@ -40,8 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s",
-                        datefmt="%H:%M:%S")
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
     record_early_signals()
     reuse_freed_tensor_memory()  # serial mode trains in this process (see comms/heap.py)
     try:

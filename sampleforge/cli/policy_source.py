@@ -39,13 +39,19 @@ class PolicySource:
 
 def add_policy_arguments(parser: argparse.ArgumentParser) -> None:
     """--checkpoint and every config flag."""
-    parser.add_argument("--checkpoint", default="latest", metavar="{" +
-                        ",".join(CHECKPOINT_CHOICES) + ",PATH}",
-                        help="Which weights: the latest checkpoint, best (best training mean "
-                        "return), best_eval (best evaluation mean return), or a checkpoint "
-                        "file. (default: latest)")
-    add_config_arguments(parser, heading="training settings",
-                         note="Read from the experiment's config.json; a flag overrides.")
+    parser.add_argument(
+        "--checkpoint",
+        default="latest",
+        metavar="{" + ",".join(CHECKPOINT_CHOICES) + ",PATH}",
+        help="Which weights: the latest checkpoint, best (best training mean "
+        "return), best_eval (best evaluation mean return), or a checkpoint "
+        "file. (default: latest)",
+    )
+    add_config_arguments(
+        parser,
+        heading="training settings",
+        note="Read from the experiment's config.json; a flag overrides.",
+    )
 
 
 def policy_from_args(args: argparse.Namespace) -> PolicySource:
@@ -57,9 +63,13 @@ def policy_from_args(args: argparse.Namespace) -> PolicySource:
     experiment_dir = Path(named.train_dir) / named.experiment_name
     cfg = config_from_args(args, base=read_experiment_config(experiment_dir))
     checkpoint = find_checkpoint(experiment_dir, args.checkpoint)
-    return PolicySource(cfg=cfg, env_spec=resolve_env(cfg.env),
-                        state_dict=read_weights_file(checkpoint), experiment_dir=experiment_dir,
-                        checkpoint=checkpoint)
+    return PolicySource(
+        cfg=cfg,
+        env_spec=resolve_env(cfg.env),
+        state_dict=read_weights_file(checkpoint),
+        experiment_dir=experiment_dir,
+        checkpoint=checkpoint,
+    )
 
 
 def local_policy_from_args(args: argparse.Namespace):
@@ -73,8 +83,9 @@ def local_policy_from_args(args: argparse.Namespace):
     source = policy_from_args(args)
     probe = make_env(source.env_spec)
     try:
-        policy = LocalPolicy.build(source.cfg, probe.observation_space, probe.action_space,
-                                   state_dict=source.state_dict)
+        policy = LocalPolicy.build(
+            source.cfg, probe.observation_space, probe.action_space, state_dict=source.state_dict
+        )
         return source, policy, dict(probe.metadata)
     finally:
         probe.close()

@@ -8,14 +8,14 @@ acts on them at safe points; the runner installs its own handlers once it starts
 from __future__ import annotations
 
 import signal
-from typing import Optional
+from types import FrameType
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
-_received: Optional[int] = None
+_received: int | None = None
 
 
-def _remember(signum: int, frame) -> None:
+def _remember(signum: int, frame: FrameType | None) -> None:
     global _received
     _received = signum
 
@@ -26,6 +26,6 @@ def record_early_signals() -> None:
         signal.signal(signum, _remember)
 
 
-def early_exit_code() -> Optional[int]:
+def early_exit_code() -> int | None:
     """130 or 143 if SIGINT or SIGTERM arrived since `record_early_signals`, else None."""
     return None if _received is None else EXIT_CODES[_received]

@@ -15,9 +15,12 @@ HELP = "Train a policy (resumes an existing experiment)."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_switch(parser, "--print_config",
-                        help="Print every resolved setting with where it came from (default, "
-                        "family, preset or flag) and exit without training.")
+    add_switch(
+        parser,
+        "--print_config",
+        help="Print every resolved setting with where it came from (default, "
+        "family, preset or flag) and exit without training.",
+    )
     add_config_arguments(parser)
 
 
@@ -35,19 +38,21 @@ def run(args: argparse.Namespace) -> int:
     except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
-    if early_exit_code():
-        return early_exit_code()
+    code = early_exit_code()
+    if code:
+        return code
     try:
         with runner:
             summary = runner.train()
     except TrainingError as e:
         print(f"sampleforge: training failed: {e}", file=sys.stderr)
         return 1
-    print(f"stopped because: {summary.stopped_because}; env steps {summary.env_steps:,} in "
-          f"{summary.wall_seconds:.1f} s ({summary.mean_fps:,.0f} FPS); mean return (last 100) "
-          f"{summary.mean_return_last_100}")
-    print(f"experiment folder: {runner.exp.path}  (summary.json, progress.csv, tb/, "
-          f"checkpoints/)")
+    print(
+        f"stopped because: {summary.stopped_because}; env steps {summary.env_steps:,} in "
+        f"{summary.wall_seconds:.1f} s ({summary.mean_fps:,.0f} FPS); mean return (last 100) "
+        f"{summary.mean_return_last_100}"
+    )
+    print(f"experiment folder: {runner.exp.path}  (summary.json, progress.csv, tb/, checkpoints/)")
     if runner.stop_signal == signal.SIGINT:
         return 130
     if runner.stop_signal == signal.SIGTERM:

@@ -55,15 +55,24 @@ def _name_process(name: str) -> None:
         try:
             libc = ctypes.CDLL("libc.so.6", use_errno=True)
             pr_set_name = 15
-            short = (name.replace("rollout_worker_", "rollout")
-                     .replace("inference_worker_p", "infer").replace("learner_p", "learner"))
+            short = (
+                name.replace("rollout_worker_", "rollout")
+                .replace("inference_worker_p", "infer")
+                .replace("learner_p", "learner")
+            )
             libc.prctl(pr_set_name, f"sf:{short}".encode()[:15])
         except OSError:
             pass
 
 
-def component_main(name: str, build: Callable[..., Component], kwargs: dict[str, Any],
-                   report_queue, parent_pid: int, torch_threads: int = 1) -> None:
+def component_main(
+    name: str,
+    build: Callable[..., Component],
+    kwargs: dict[str, Any],
+    report_queue,
+    parent_pid: int,
+    torch_threads: int = 1,
+) -> None:
     """Entry point of a component process: build, poll until stopped, report everything."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
@@ -105,8 +114,9 @@ def queues_in(value: Any) -> Iterator[Queue]:
 
 
 def report_failure(report_queue, name: str, error: BaseException) -> None:
-    message = ComponentFailed(name, f"{type(error).__name__}: {error}",
-                              "".join(traceback.format_exception(error)))
+    message = ComponentFailed(
+        name, f"{type(error).__name__}: {error}", "".join(traceback.format_exception(error))
+    )
     try:
         send_many(report_queue, [message], timeout=5.0)
     except Exception:  # noqa: BLE001 - the queue itself may be gone; stderr still has it

@@ -8,7 +8,6 @@ imperative-sounding events the runner requests; reports are past tense.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 
 @dataclass(frozen=True)
@@ -36,4 +35,4 @@ class EvaluationFinished:
     returns: list[float]
     lengths: list[int]
     seconds: float
-    best_path: Optional[str] = None
+    best_path: str | None = None

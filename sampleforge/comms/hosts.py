@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Any, Callable
 
+import torch
 import torch.multiprocessing as torch_mp
 
 from sampleforge.comms.component_process import Component, component_main, report_failure
@@ -27,8 +28,8 @@ log = logging.getLogger(__name__)
 # Settings every child process starts with, unless the user's environment already sets them.
 # OpenMP threads (the learner's torch threads) sleep between parallel regions instead of
 # spinning: when envs, inference and learning share every core, a spinning thread burns the time
-# another component needs (atari_breakout on 2 cores: 76% of the compute limit -> 86%). They are
-# read when a child loads its libraries, hence set before it starts rather than inside it.
+# another component needs (docs/design_notes.md). They are read when a child loads its
+# libraries, hence set before it starts rather than inside it.
 CHILD_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
@@ -52,6 +53,8 @@ class ComponentSpec:
     kwargs: dict[str, Any]
     control_queue: Any  # where this component reads Pause / Resume / Stop
     torch_threads: int = 1
+    kind: str = ""  # "rollout_worker", "inference_worker", "learner", ...: the supervisor's key
+    index: int = 0  # which one of its kind (a rollout worker's index)
 
 
 def spawn_problem() -> str | None:
@@ -65,8 +68,10 @@ def spawn_problem() -> str | None:
     path = getattr(main, "__file__", None)  # none: an interactive session or `python -c`
     if path is None or os.path.exists(path):
         return None
-    return (f"worker processes cannot start from a script read from {path}: save it to a file "
-            "and run `python that_file.py`, or pass serial_mode=True")
+    return (
+        f"worker processes cannot start from a script read from {path}: save it to a file "
+        "and run `python that_file.py`, or pass serial_mode=True"
+    )
 
 
 class ProcessHost:
@@ -91,18 +96,28 @@ class ProcessHost:
         if old is not None:
             old.join(1.0)
         process = self._context.Process(
-            target=component_main, name=spec.name, daemon=True,
-            args=(spec.name, spec.build, spec.kwargs, self.report_queue, os.getpid(),
-                  spec.torch_threads))
+            target=component_main,
+            name=spec.name,
+            daemon=True,
+            args=(
+                spec.name,
+                spec.build,
+                spec.kwargs,
+                self.report_queue,
+                os.getpid(),
+                spec.torch_threads,
+            ),
+        )
         with _child_environment():
             process.start()
         self.processes[spec.name] = process
         if self._on_exit is not None and self._watcher is None:
-            self._watcher = threading.Thread(target=self._watch_exits, name="exit-watcher",
-                                             daemon=True)
+            self._watcher = threading.Thread(
+                target=self._watch_exits, args=(self._on_exit,), name="exit-watcher", daemon=True
+            )
             self._watcher.start()
 
-    def _watch_exits(self) -> None:
+    def _watch_exits(self, on_exit: Callable[[str, int], None]) -> None:
         seen: set[int] = set()
         while True:
             running = [p for p in list(self.processes.values()) if p.pid not in seen]
@@ -116,7 +131,7 @@ class ProcessHost:
                 if process.sentinel in ended:
                     seen.add(process.pid)
                     try:
-                        self._on_exit(process.name, process.pid)
+                        on_exit(process.name, process.pid)
                     except Exception:  # noqa: BLE001 - the runner still sees the death itself
                         log.exception("handling the exit of %s failed", process.name)
 
@@ -173,7 +188,20 @@ class ProcessHost:
 class InlineHost:
     """Runs every component in the calling process; `poll` gives each one a turn (serial mode)."""
 
-    def __init__(self, report_queue):
+    @staticmethod
+    @contextmanager
+    def torch_threads():
+        """While components run inline: one torch thread, as in their own processes. Their
+        small batches gain nothing from more, and on a busy machine torch's thread pool
+        synchronising at every op makes small forward passes much slower (docs/design_notes.md)."""
+        previous = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
+
+    def __init__(self, report_queue: Any) -> None:
         self.report_queue = report_queue
         self.components: dict[str, Component] = {}
         self._failed: dict[str, int] = {}

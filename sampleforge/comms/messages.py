@@ -8,7 +8,7 @@ messages are frozen dataclasses. Names of events are past tense; commands are im
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 
 # --- hot path ---------------------------------------------------------------------------------
@@ -42,7 +42,7 @@ class TrajectoryReady(NamedTuple):
 
     policy_id: int
     slot: int
-    rows: Optional[tuple[int, ...]]
+    rows: tuple[int, ...] | None
     worker: int
     returns_slot: bool = True
 
@@ -76,7 +76,7 @@ class SaveCheckpoint:
     """
 
     final: bool = False
-    mean_return: Optional[float] = None
+    mean_return: float | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +178,7 @@ class LearnerReady:
     policy_id: int
     env_steps: int
     policy_version: int
-    resumed_from: Optional[str]
+    resumed_from: str | None
 
 
 @dataclass(frozen=True)
@@ -197,4 +197,3 @@ class InferenceReport:
     batches: int
     samples: int
     timings: dict[str, float] = field(default_factory=dict)
-

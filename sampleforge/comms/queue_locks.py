@@ -25,17 +25,17 @@ import ctypes
 import ctypes.util
 import struct
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from sampleforge.comms.doorbell_queue import DoorbellQueue
 
 _MUTEX_OFFSET = 56
 _KIND_PROCESS_SHARED = 128  # PTHREAD_MUTEX_PSHARED_BIT on a default-kind mutex
 
-_libc: Optional[ctypes.CDLL] = None
+_libc: ctypes.CDLL | None = None
 
 
-def _pthread() -> Optional[ctypes.CDLL]:
+def _pthread() -> ctypes.CDLL | None:
     global _libc
     if _libc is None and sys.platform.startswith("linux"):
         _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
@@ -43,14 +43,14 @@ def _pthread() -> Optional[ctypes.CDLL]:
     return _libc
 
 
-def lock_owner(q: Any) -> Optional[int]:
+def lock_owner(q: Any) -> int | None:
     """Thread id holding `q`'s lock, 0 when free, None when the layout is not the known one."""
     q = _fifo(q)
     buffer = getattr(q, "queue_obj_buffer", None)
     if buffer is None or not sys.platform.startswith("linux") or len(buffer) < _MUTEX_OFFSET + 20:
         return None
-    raw = bytes(buffer[:_MUTEX_OFFSET + 20])
-    max_size, = struct.unpack_from("N", raw, 0)
+    raw = bytes(buffer[: _MUTEX_OFFSET + 20])
+    (max_size,) = struct.unpack_from("N", raw, 0)
     locked, _, owner, _, kind = struct.unpack_from("iIiIi", raw, _MUTEX_OFFSET)
     if max_size != q.max_size_bytes or kind != _KIND_PROCESS_SHARED:
         return None

@@ -14,8 +14,9 @@ Must not: write the learner's checkpoint folder, block the runner, or decide whe
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import gymnasium as gym
 import torch
@@ -35,20 +36,36 @@ MAX_EVAL_ENVS = 8
 WEIGHTS_TIMEOUT_SEC = 60.0
 
 
+@dataclass(frozen=True)
+class EvaluationEndpoints:
+    """What an evaluation worker reads and writes; built by the wiring."""
+
+    weights: SharedPolicyWeights  # its policy's, published by the learner
+    inbox: Any  # evaluation requests and commands
+    report_queue: Any
+
+
 class EvaluationWorker:
     """Evaluates one policy on request; see the module docstring."""
 
-    def __init__(self, *, cfg: Config, policy_id: int, env_spec: EnvSpec,
-                 observation_space: gym.Space, action_space: gym.Space,
-                 weights: SharedPolicyWeights, inbox, report_queue,
-                 best_dir: Optional[str]) -> None:
+    def __init__(
+        self,
+        *,
+        cfg: Config,
+        policy_id: int,
+        endpoints: EvaluationEndpoints,
+        env_spec: EnvSpec,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        best_dir: Optional[str],
+    ) -> None:
         self.name = f"evaluation_worker_p{policy_id}"
         self.cfg = cfg
         self.policy_id = policy_id
         self.env_spec = env_spec
-        self.weights = weights
-        self.inbox = inbox
-        self.report_queue = report_queue
+        self.weights = endpoints.weights
+        self.inbox = endpoints.inbox
+        self.report_queue = endpoints.report_queue
         self.running = True
         self.policy = LocalPolicy.build(cfg, observation_space, action_space)
         self.store = None if best_dir is None else CheckpointStore(Path(best_dir), keep_last=1)
@@ -87,9 +104,13 @@ class EvaluationWorker:
             torch.manual_seed(self.cfg.seed)  # the same action samples every evaluation
         episodes = range(self.cfg.eval_episodes)
         self._episodes = EpisodeRunner(
-            self.policy, self.env_spec, episodes, seed=self.cfg.seed,
+            self.policy,
+            self.env_spec,
+            episodes,
+            seed=self.cfg.seed,
             deterministic=self.cfg.eval_deterministic,
-            num_envs=min(MAX_EVAL_ENVS, self.cfg.eval_episodes))
+            num_envs=min(MAX_EVAL_ENVS, self.cfg.eval_episodes),
+        )
         self._request = request
         self._started = time.monotonic()
 
@@ -101,29 +122,48 @@ class EvaluationWorker:
             if version >= 0:
                 return version
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name}: no weights published within "
-                                   f"{WEIGHTS_TIMEOUT_SEC:.0f} s")
+                raise TimeoutError(
+                    f"{self.name}: no weights published within {WEIGHTS_TIMEOUT_SEC:.0f} s"
+                )
             time.sleep(0.01)
 
     def _finish(self) -> None:
+        assert self._episodes is not None and self._request is not None  # an evaluation ran
         result = self._episodes.result()
         self._episodes.close()
         self._episodes = None
         best_path = self._save_if_best(result.mean_return)
-        send_many(self.report_queue, [EvaluationFinished(
-            policy_id=self.policy_id, env_steps=self._request.env_steps,
-            policy_version=self._version, returns=list(result.returns),
-            lengths=list(result.lengths), seconds=time.monotonic() - self._started,
-            best_path=best_path)])
+        send_many(
+            self.report_queue,
+            [
+                EvaluationFinished(
+                    policy_id=self.policy_id,
+                    env_steps=self._request.env_steps,
+                    policy_version=self._version,
+                    returns=list(result.returns),
+                    lengths=list(result.lengths),
+                    seconds=time.monotonic() - self._started,
+                    best_path=best_path,
+                )
+            ],
+        )
 
     def _save_if_best(self, mean_return: float) -> Optional[str]:
-        if self.store is None:
+        if self.store is None or self._request is None:
             return None
         best_before = self.store.best_mean_return
-        state = {"model": self.policy.model.state_dict(), "policy_version": self._version,
-                 "env_steps": self._request.env_steps, "eval_mean_return": float(mean_return)}
-        self.store.save(state, env_steps=self._request.env_steps, policy_version=self._version,
-                        mean_return=mean_return)
+        state = {
+            "model": self.policy.model.state_dict(),
+            "policy_version": self._version,
+            "env_steps": self._request.env_steps,
+            "eval_mean_return": float(mean_return),
+        }
+        self.store.save(
+            state,
+            env_steps=self._request.env_steps,
+            policy_version=self._version,
+            mean_return=mean_return,
+        )
         if self.store.best_mean_return != best_before:
             return str(self.store.best_path)
         return None

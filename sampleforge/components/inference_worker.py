@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -32,32 +33,51 @@ from sampleforge.comms.messages import (
     Stop,
 )
 from sampleforge.comms.queues import receive, send_many
+from sampleforge.models.actor_critic import ActorCritic
 
 REPORT_EVERY_SEC = 1.0
+
+
+@dataclass(frozen=True)
+class InferenceEndpoints:
+    """What an inference worker reads and writes; built by the wiring."""
+
+    buffer: SharedTrajectoryBuffer
+    weights: SharedPolicyWeights  # its policy's, published by the learner
+    ledger: SamplerLedger  # rollout workers' generations
+    request_queue: Any  # its policy's inference requests (shared by its inference workers)
+    control_queue: Any
+    rollout_inboxes: list[list[Any]]  # [worker][generation]
+    report_queue: Any
 
 
 class InferenceWorker:
     """Serves action requests for one policy; see the module docstring."""
 
-    def __init__(self, *, policy_id: int, index: int,
-                 model_factory: Callable[[], torch.nn.Module],
-                 buffer: SharedTrajectoryBuffer, weights: SharedPolicyWeights,
-                 ledger: SamplerLedger, request_queue,
-                 control_queue, rollout_inboxes: list, report_queue, device: torch.device,
-                 seed: int | None = None, sole_policy: bool = False):
+    def __init__(
+        self,
+        *,
+        policy_id: int,
+        index: int,
+        endpoints: InferenceEndpoints,
+        model_factory: Callable[[], ActorCritic],
+        device: torch.device,
+        seed: int | None = None,
+        sole_policy: bool = False,
+    ):
         self.name = f"inference_worker_p{policy_id}_{index}"
         if seed is not None:  # action sampling differs per worker, repeatably
             torch.manual_seed(seed + 1000 * (policy_id + 1) + index)
         self.policy_id = policy_id
         self.sole_policy = sole_policy  # the only policy of the run: it acts for every row
         self.model = model_factory().to(device).eval()
-        self.buffer = buffer
-        self.weights = weights
-        self.ledger = ledger
-        self.request_queue = request_queue
-        self.control_queue = control_queue
-        self.rollout_inboxes = rollout_inboxes
-        self.report_queue = report_queue
+        self.buffer = endpoints.buffer
+        self.weights = endpoints.weights
+        self.ledger = endpoints.ledger
+        self.request_queue = endpoints.request_queue
+        self.control_queue = endpoints.control_queue
+        self.rollout_inboxes = endpoints.rollout_inboxes
+        self.report_queue = endpoints.report_queue
         self.device = device
         self.version = -1
         self.running = True
@@ -110,31 +130,50 @@ class InferenceWorker:
         t0 = time.perf_counter()
         self._pull_weights()
         t1 = time.perf_counter()
-        index = self._rows_of_this_policy(requests)
+        index, request_of_row = self._rows_of_this_policy(requests)
         with torch.inference_mode():
-            obs = {key: self._gather(tensor, index).to(self.device, non_blocking=True)
-                   for key, tensor in self.buffer.obs.items()}
-            rnn_states = self._gather(self.buffer.rnn_states, index).to(self.device,
-                                                                        non_blocking=True)
-            self._scatter(index, self.model.act(obs, rnn_states))
+            obs = {
+                key: self._gather(tensor, index).to(self.device, non_blocking=True)
+                for key, tensor in self.buffer.obs.items()
+            }
+            rnn_states = self._gather(self.buffer.rnn_states, index).to(
+                self.device, non_blocking=True
+            )
+            out = self.model.act(obs, rnn_states)
+            # A worker replaced while the batch ran may have had its slots reclaimed and given
+            # to another worker: never write into them (checked again here, just before the
+            # writes, however long the forward pass took).
+            current = self._current(requests)
+            if not current:
+                return  # every worker of the batch was replaced meanwhile: nothing to write
+            if len(current) < len(requests):
+                keep = torch.tensor([r in current for r in requests])[request_of_row]
+                slots, steps, rows = index
+                index = (slots[keep], steps[keep], rows[keep])
+                out = type(out)(*(t[keep.to(t.device)] for t in out))  # an ActOutput
+                requests = current
+            self._scatter(index, out)
         self._timings["weights"] += t1 - t0
         self._timings["forward"] += time.perf_counter() - t1
         self._batches += 1
         self._samples += len(index[0])
         self._notify(requests)
 
-    def _rows_of_this_policy(self, requests: list[InferenceRequested]
-                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(slots, steps, rows) of every row this policy acts for in the requested steps."""
+    def _rows_of_this_policy(
+        self, requests: list[InferenceRequested]
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]:
+        """(slots, steps, rows) of every row this policy acts for in the requested steps, and
+        the request each row belongs to."""
         slots = torch.tensor([r.slot for r in requests], dtype=torch.long)
         steps = torch.tensor([r.step for r in requests], dtype=torch.long)
         if self.sole_policy:  # every row is ours: no need to read policy_ids
             rows_per_slot = self.buffer.layout.rows_per_slot
-            return (slots.repeat_interleave(rows_per_slot), steps.repeat_interleave(rows_per_slot),
-                    torch.arange(rows_per_slot).repeat(len(requests)))
-        mine = self.buffer.policy_ids[slots, steps] == self.policy_id  # [requests, rows]
-        request_index, rows = mine.nonzero(as_tuple=True)
-        return slots[request_index], steps[request_index], rows
+            request_index = torch.arange(len(requests)).repeat_interleave(rows_per_slot)
+            rows = torch.arange(rows_per_slot).repeat(len(requests))
+        else:
+            mine = self.buffer.policy_ids[slots, steps] == self.policy_id  # [requests, rows]
+            request_index, rows = mine.nonzero(as_tuple=True)
+        return (slots[request_index], steps[request_index], rows), request_index
 
     @staticmethod
     def _gather(tensor: torch.Tensor, index: tuple[torch.Tensor, ...]) -> torch.Tensor:
@@ -154,8 +193,10 @@ class InferenceWorker:
         deadline = time.monotonic() + first_weights_timeout_sec
         while self.version < 0:  # only before the learner's first publication
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{self.name}: no weights published by the learner within "
-                                   f"{first_weights_timeout_sec:.0f} s")
+                raise TimeoutError(
+                    f"{self.name}: no weights published by the learner within "
+                    f"{first_weights_timeout_sec:.0f} s"
+                )
             time.sleep(0.01)
             self.version = self.weights.pull(self.model, self.version)
 
@@ -171,8 +212,7 @@ class InferenceWorker:
     def _notify(self, requests: list[InferenceRequested]) -> None:
         by_inbox: dict[tuple[int, int], list[ActionsReady]] = defaultdict(list)
         for r in requests:
-            by_inbox[(r.worker, r.generation)].append(
-                ActionsReady(r.split, r.step, self.policy_id))
+            by_inbox[(r.worker, r.generation)].append(ActionsReady(r.split, r.step, self.policy_id))
         for (worker, generation), messages in by_inbox.items():
             send_many(self.rollout_inboxes[worker][generation], messages)
 
@@ -180,8 +220,10 @@ class InferenceWorker:
         now = time.monotonic()
         if now - self._last_report < REPORT_EVERY_SEC:
             return
-        send_many(self.report_queue, [InferenceReport(self.name, self._batches, self._samples,
-                                                      dict(self._timings))])
+        send_many(
+            self.report_queue,
+            [InferenceReport(self.name, self._batches, self._samples, dict(self._timings))],
+        )
         self._batches = self._samples = 0
         self._timings = {k: 0.0 for k in self._timings}
         self._last_report = now

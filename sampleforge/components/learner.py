@@ -25,28 +25,40 @@ from torch import nn
 from sampleforge.algo.actor_critic_loss import (
     LossOutput,
     LossSettings,
+    Rollout,
     actor_critic_loss,
     advantages_and_targets,
     loss_from_advantages,
 )
+from sampleforge.buffers.step_validity import trainable
 from sampleforge.components.batcher import Dataset, Samples
-from sampleforge.components.model_factory import make_actor_critic
 from sampleforge.config import Config
+from sampleforge.models.factory import make_actor_critic
 
 
 def loss_settings(cfg: Config) -> LossSettings:
-    return LossSettings(algorithm=cfg.algorithm, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda,
-                        with_vtrace=cfg.with_vtrace, vtrace_rho_bar=cfg.vtrace_rho_bar,
-                        vtrace_c_bar=cfg.vtrace_c_bar, ppo_clip_ratio=cfg.ppo_clip_ratio,
-                        value_clip=cfg.value_clip, value_loss_coeff=cfg.value_loss_coeff,
-                        entropy_coeff=cfg.entropy_coeff,
-                        normalize_advantages=cfg.normalize_advantages)
+    return LossSettings(
+        algorithm=cfg.algorithm,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        with_vtrace=cfg.with_vtrace,
+        vtrace_rho_bar=cfg.vtrace_rho_bar,
+        vtrace_c_bar=cfg.vtrace_c_bar,
+        ppo_clip_ratio=cfg.ppo_clip_ratio,
+        value_clip=cfg.value_clip,
+        value_loss_coeff=cfg.value_loss_coeff,
+        entropy_coeff=cfg.entropy_coeff,
+        normalize_advantages=cfg.normalize_advantages,
+    )
 
 
 def _lag_stats(lags: torch.Tensor, max_policy_lag: int) -> dict[str, float]:
-    return {"policy_lag/min": float(lags.min()), "policy_lag/mean": float(lags.mean()),
-            "policy_lag/max": float(lags.max()),
-            "learner/dropped_stale_fraction": float((lags > max_policy_lag).float().mean())}
+    return {
+        "policy_lag/min": float(lags.min()),
+        "policy_lag/mean": float(lags.mean()),
+        "policy_lag/max": float(lags.max()),
+        "learner/dropped_stale_fraction": float((lags > max_policy_lag).float().mean()),
+    }
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -56,17 +68,26 @@ class NonFiniteTrainingError(RuntimeError):
 class Learner:
     """Model, optimizer and SGD for one policy; see the module docstring."""
 
-    def __init__(self, cfg: Config, observation_space: gym.Space, action_space: gym.Space,
-                 device: torch.device, frameskip: int = 1, policy_id: int = 0):
+    def __init__(
+        self,
+        cfg: Config,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        device: torch.device,
+        frameskip: int = 1,
+        policy_id: int = 0,
+    ):
         self.cfg = cfg
         self.device = device
         self.frameskip = frameskip
         self.policy_id = policy_id
         self.model = make_actor_critic(cfg, observation_space, action_space).to(device)
         # What PBT may change during a run; the config holds only the starting values.
-        self.hyperparameters = {"learning_rate": cfg.learning_rate,
-                                "entropy_coeff": cfg.entropy_coeff,
-                                "adam_beta1": cfg.adam_beta1}
+        self.hyperparameters = {
+            "learning_rate": cfg.learning_rate,
+            "entropy_coeff": cfg.entropy_coeff,
+            "adam_beta1": cfg.adam_beta1,
+        }
         self.optimizer = self._new_optimizer()
         self.settings = loss_settings(cfg)
         self.policy_version = 0
@@ -94,9 +115,14 @@ class Learner:
         own_steps = int((data.policy_ids[:-1] == self.policy_id).sum())
         self.env_steps += own_steps * self.frameskip
         out = {k: v / max(count, 1) for k, v in totals.items()}
-        out.update({"policy_lag/min": lag_min, "policy_lag/max": lag_max,
-                    "learner/lr": self.optimizer.param_groups[0]["lr"],
-                    "health/skipped_updates": float(self.skipped_updates)})
+        out.update(
+            {
+                "policy_lag/min": lag_min,
+                "policy_lag/max": lag_max,
+                "learner/lr": self.optimizer.param_groups[0]["lr"],
+                "health/skipped_updates": float(self.skipped_updates),
+            }
+        )
         return out
 
     @property
@@ -104,8 +130,12 @@ class Learner:
         """Minibatches of single samples drawn from the whole dataset (`shuffle_samples`),
         possible where advantages depend only on what the acting policy recorded (APPO with
         GAE) and no recurrent state ties samples to their trajectory."""
-        return (self.cfg.shuffle_samples and self.cfg.rnn == "none"
-                and self.cfg.algorithm == "appo" and not self.settings.uses_vtrace)
+        return (
+            self.cfg.shuffle_samples
+            and self.cfg.rnn == "none"
+            and self.cfg.algorithm == "appo"
+            and not self.settings.uses_vtrace
+        )
 
     def _trajectory_steps(self, data: Dataset) -> Iterator[dict[str, float]]:
         """One SGD step per minibatch of whole trajectories; advantages per minibatch."""
@@ -113,9 +143,10 @@ class Learner:
         for _ in range(self.cfg.num_epochs):
             order = torch.randperm(data.num_trajectories, device=self.device)
             for start in range(0, data.num_trajectories - per_minibatch + 1, per_minibatch):
-                batch = data.select(order[start:start + per_minibatch])
-                valids, lag_stats = self._lag_mask(batch.policy_versions[:-1],
-                                                   batch.valids[:-1], batch.policy_ids[:-1])
+                batch = data.select(order[start : start + per_minibatch])
+                valids, lag_stats = self._lag_mask(
+                    batch.policy_versions[:-1], batch.valids[:-1], batch.policy_ids[:-1]
+                )
                 stats = self._sgd_step(partial(self._trajectory_loss, batch, valids))
                 stats.update(lag_stats)
                 yield stats
@@ -128,22 +159,24 @@ class Learner:
         for _ in range(self.cfg.num_epochs):
             order = torch.randperm(count, device=self.device)
             for start in range(0, count - self.cfg.batch_size + 1, self.cfg.batch_size):
-                batch = samples.take(order[start:start + self.cfg.batch_size])
-                valids, lag_stats = self._lag_mask(batch.policy_versions, batch.valids,
-                                                   batch.policy_ids)
+                batch = samples.take(order[start : start + self.cfg.batch_size])
+                valids, lag_stats = self._lag_mask(
+                    batch.policy_versions, batch.valids, batch.policy_ids
+                )
                 stats = self._sgd_step(partial(self._sample_loss, batch, valids))
                 stats.update(lag_stats)
                 yield stats
 
-    def _lag_mask(self, versions: torch.Tensor, valids: torch.Tensor,
-                  policy_ids: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def _lag_mask(
+        self, versions: torch.Tensor, valids: torch.Tensor, policy_ids: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         """`valids` without samples older than max_policy_lag, and the lag statistics (of this
         policy's own samples, when it has any)."""
         # Lag as the paper defines it: SGD steps between acting and this update.
         lags = (self.policy_version - versions).float()
         ours = policy_ids == self.policy_id
         stats = _lag_stats(lags[ours] if ours.any() else lags, self.cfg.max_policy_lag)
-        return valids * (lags <= self.cfg.max_policy_lag).float(), stats
+        return trainable(valids, policy_ids, self.policy_id, lags, self.cfg.max_policy_lag), stats
 
     def _rewards_and_dones(self, data: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
         rewards = data.rewards[:-1] * self.cfg.reward_scale
@@ -162,11 +195,17 @@ class Learner:
         # Behaviour values are in reward units (ActorCritic.act de-normalises them); so is the
         # bootstrap row taken from the current network.
         behaviour_values = torch.cat([batch.values[:-1], out.values[-1:].detach()])
-        return actor_critic_loss(
-            settings=self.settings, log_probs=out.log_probs[:-1], entropy=out.entropy[:-1],
-            values=out.normalized_values, behaviour_log_probs=batch.log_probs[:-1],
-            behaviour_values=behaviour_values, rewards=rewards, dones=dones, valids=valids,
-            value_normalizer=self.model.returns_normalizer)
+        rollout = Rollout(
+            log_probs=out.log_probs[:-1],
+            entropy=out.entropy[:-1],
+            values=out.normalized_values,
+            behaviour_log_probs=batch.log_probs[:-1],
+            behaviour_values=behaviour_values,
+            rewards=rewards,
+            dones=dones,
+            valids=valids,
+        )
+        return actor_critic_loss(self.settings, rollout, self.model.returns_normalizer)
 
     def _prepare_samples(self, data: Dataset) -> "Samples":
         """GAE over every trajectory of `data` on the behaviour values (bootstrapped with the
@@ -174,37 +213,54 @@ class Learner:
         rewards, dones = self._rewards_and_dones(data)
         with torch.no_grad():
             last = {k: v[-1:] for k, v in data.obs.items()}
-            bootstrap = self.model.evaluate(last, data.rnn_states[-1],
-                                            torch.zeros_like(data.dones[-1:]),
-                                            data.actions[-2:-1]).values
+            bootstrap = self.model.evaluate(
+                last, data.rnn_states[-1], torch.zeros_like(data.dones[-1:]), data.actions[-2:-1]
+            ).values
         behaviour_values = torch.cat([data.values[:-1], bootstrap])
         advantages, targets = advantages_and_targets(
-            settings=self.settings, behaviour_values=behaviour_values, rewards=rewards,
-            dones=dones, valids=data.valids[:-1])
+            settings=self.settings,
+            behaviour_values=behaviour_values,
+            rewards=rewards,
+            dones=dones,
+            valids=data.valids[:-1],
+        )
 
         def steps(x: torch.Tensor) -> torch.Tensor:  # [T + 1, N, ...] -> [T * N, ...]
             return x[:-1].flatten(0, 1)
 
-        return Samples(obs={k: steps(v) for k, v in data.obs.items()},
-                       actions=steps(data.actions), log_probs=steps(data.log_probs),
-                       values=steps(data.values), advantages=advantages.flatten(0, 1),
-                       targets=targets.flatten(0, 1), valids=steps(data.valids),
-                       policy_versions=steps(data.policy_versions),
-                       policy_ids=steps(data.policy_ids))
+        return Samples(
+            obs={k: steps(v) for k, v in data.obs.items()},
+            actions=steps(data.actions),
+            log_probs=steps(data.log_probs),
+            values=steps(data.values),
+            advantages=advantages.flatten(0, 1),
+            targets=targets.flatten(0, 1),
+            valids=steps(data.valids),
+            policy_versions=steps(data.policy_versions),
+            policy_ids=steps(data.policy_ids),
+        )
 
     def _sample_loss(self, batch: "Samples", valids: torch.Tensor) -> LossOutput:
         count = valids.shape[0]
         # Each sample is a one-step "trajectory": [1, count].
-        out = self.model.evaluate({k: v.unsqueeze(0) for k, v in batch.obs.items()},
-                                  torch.zeros(count, 0, device=valids.device),
-                                  torch.zeros(1, count, device=valids.device),
-                                  batch.actions.unsqueeze(0))
+        out = self.model.evaluate(
+            {k: v.unsqueeze(0) for k, v in batch.obs.items()},
+            torch.zeros(count, 0, device=valids.device),
+            torch.zeros(1, count, device=valids.device),
+            batch.actions.unsqueeze(0),
+        )
         return loss_from_advantages(
-            settings=self.settings, log_probs=out.log_probs, entropy=out.entropy,
-            values=out.normalized_values, behaviour_log_probs=batch.log_probs.unsqueeze(0),
+            settings=self.settings,
+            log_probs=out.log_probs,
+            entropy=out.entropy,
+            values=out.normalized_values,
+            behaviour_log_probs=batch.log_probs.unsqueeze(0),
             behaviour_values=batch.values.unsqueeze(0),
-            advantages=batch.advantages.unsqueeze(0), targets=batch.targets.unsqueeze(0),
-            valids=valids.unsqueeze(0), value_normalizer=self.model.returns_normalizer)
+            advantages=batch.advantages.unsqueeze(0),
+            targets=batch.targets.unsqueeze(0),
+            valids=valids.unsqueeze(0),
+            value_normalizer=self.model.returns_normalizer,
+        )
 
     def _sgd_step(self, compute_loss: Callable[[], LossOutput]) -> dict[str, float]:
         # normalize_returns: the loss de-normalises the network's values with the current
@@ -213,23 +269,30 @@ class Learner:
         # targets depend on the current network and exist only here, and it keeps the
         # statistics in step with exactly the targets the value loss uses.
         returns_rms = self.model.returns_normalizer
-        saved_rms = None if returns_rms is None else {
-            k: v.clone() for k, v in returns_rms.state_dict().items()}
+        saved_rms = (
+            None
+            if returns_rms is None
+            else {k: v.clone() for k, v in returns_rms.state_dict().items()}
+        )
         loss = compute_loss()
         self.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         grad_norm = self._clip_gradients()
         if not (math.isfinite(loss.total.item()) and math.isfinite(grad_norm)):
-            if saved_rms is not None:  # a skipped update leaves the statistics as they were
-                returns_rms.load_state_dict(saved_rms)
+            if returns_rms is not None and saved_rms is not None:
+                returns_rms.load_state_dict(saved_rms)  # a skipped update leaves them as they were
             self._skip_update()
             return {"health/non_finite_updates": 1.0}
         self.consecutive_skips = 0
         self.optimizer.step()
         self.policy_version += 1
-        stats = {"losses/total": loss.total.item(), "losses/policy": loss.policy_loss.item(),
-                 "losses/value": loss.value_loss.item(), "losses/entropy": loss.entropy.item(),
-                 "learner/grad_norm": grad_norm}
+        stats = {
+            "losses/total": loss.total.item(),
+            "losses/policy": loss.policy_loss.item(),
+            "losses/value": loss.value_loss.item(),
+            "losses/entropy": loss.entropy.item(),
+            "learner/grad_norm": grad_norm,
+        }
         stats.update({f"learner/{k}": float(v) for k, v in loss.metrics.items()})
         if returns_rms is not None:
             stats["learner/returns_mean"] = float(returns_rms.mean)
@@ -244,7 +307,8 @@ class Learner:
         if self.consecutive_skips >= self.cfg.max_consecutive_skipped_updates:
             raise NonFiniteTrainingError(
                 f"{self.consecutive_skips} SGD steps in a row had a non-finite loss or gradient "
-                "(each was skipped); check rewards and observations, or lower learning_rate")
+                "(each was skipped); check rewards and observations, or lower learning_rate"
+            )
 
     def _clip_gradients(self) -> float:
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -263,11 +327,14 @@ class Learner:
         """Use new learning rate, entropy coefficient or Adam beta1 from the next SGD step."""
         unknown = set(values) - set(self.hyperparameters)
         if unknown:
-            raise KeyError(f"unknown learner hyperparameters {sorted(unknown)}; "
-                           f"allowed: {sorted(self.hyperparameters)}")
+            raise KeyError(
+                f"unknown learner hyperparameters {sorted(unknown)}; "
+                f"allowed: {sorted(self.hyperparameters)}"
+            )
         self.hyperparameters.update({k: float(v) for k, v in values.items()})
-        self.settings = dataclasses.replace(self.settings,
-                                            entropy_coeff=self.hyperparameters["entropy_coeff"])
+        self.settings = dataclasses.replace(
+            self.settings, entropy_coeff=self.hyperparameters["entropy_coeff"]
+        )
         for group in self.optimizer.param_groups:
             group["betas"] = (self.hyperparameters["adam_beta1"], self.cfg.adam_beta2)
         self._set_learning_rate()
@@ -281,28 +348,42 @@ class Learner:
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         h = self.hyperparameters
-        return torch.optim.Adam(self.model.parameters(), lr=h["learning_rate"],
-                                betas=(h["adam_beta1"], self.cfg.adam_beta2),
-                                eps=self.cfg.adam_eps)
+        return torch.optim.Adam(
+            self.model.parameters(),
+            lr=h["learning_rate"],
+            betas=(h["adam_beta1"], self.cfg.adam_beta2),
+            eps=self.cfg.adam_eps,
+        )
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
         """Everything needed to resume exactly (plain tensors and numbers only)."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "policy_version": self.policy_version, "env_steps": self.env_steps,
-                "skipped_updates": self.skipped_updates,
-                "hyperparameters": dict(self.hyperparameters)}
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "policy_version": self.policy_version,
+            "env_steps": self.env_steps,
+            "skipped_updates": self.skipped_updates,
+            "hyperparameters": dict(self.hyperparameters),
+        }
 
     def assert_finite(self) -> None:
         """Raise if any parameter or optimizer statistic is non-finite (never checkpoint one)."""
-        bad = [name for name, t in self.model.state_dict().items()
-               if t.is_floating_point() and not torch.isfinite(t).all()]
+        bad = [
+            name
+            for name, t in self.model.state_dict().items()
+            if t.is_floating_point() and not torch.isfinite(t).all()
+        ]
         for group in self.optimizer.state.values():
-            bad += [k for k, t in group.items()
-                    if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()]
+            bad += [
+                k
+                for k, t in group.items()
+                if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()
+            ]
         if bad:
-            raise NonFiniteTrainingError(f"non-finite values in {', '.join(bad[:5])}; "
-                                         "refusing to write a checkpoint")
+            raise NonFiniteTrainingError(
+                f"non-finite values in {', '.join(bad[:5])}; refusing to write a checkpoint"
+            )
 
     def weights_replaced(self) -> None:
         """The model's weights were replaced (Python API, PBT). The policy version moves on, so
@@ -314,8 +395,10 @@ class Learner:
         try:
             self.model.load_state_dict(model_state)
         except RuntimeError as e:
-            raise ValueError(f"checkpoint does not fit this model ({_first_line(e)}); was it "
-                             "written for another env or model config?") from None
+            raise ValueError(
+                f"checkpoint does not fit this model ({_first_line(e)}); was it "
+                "written for another env or model config?"
+            ) from None
 
     def load_state_dict(self, state: dict) -> None:
         self._load_model(state["model"])

@@ -19,13 +19,15 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import torch
 
-from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.shared_weights import SharedPolicyWeights
+from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import CheckpointStore
 from sampleforge.comms.messages import (
@@ -49,50 +51,83 @@ from sampleforge.components.sampling_gate import SamplingGate
 from sampleforge.config import Config
 
 
+@dataclass(frozen=True)
+class LearnerEndpoints:
+    """What a learner worker reads and writes; built by the wiring."""
+
+    buffer: SharedTrajectoryBuffer
+    # Every policy's shared weights: ours to publish, the others' to copy (PBT) and the
+    # frozen opponents' to fill with snapshots.
+    weights: dict[int, SharedPolicyWeights]
+    incoming_weights: SharedPolicyWeights  # set from outside: see LoadWeights
+    inbox: Any  # finished trajectories and the runner's commands
+    slots: SlotPool
+    report_queue: Any
+
+
 class LearnerWorker:
     """Trains one policy from the trajectories that reach its inbox."""
 
-    def __init__(self, *, cfg: Config, policy_id: int, observation_space: gym.Space,
-                 action_space: gym.Space, buffer: SharedTrajectoryBuffer,
-                 weights: dict[int, SharedPolicyWeights],
-                 incoming_weights: SharedPolicyWeights, inbox, free_slots,
-                 ledger: SamplerLedger, report_queue, device: torch.device,
-                 checkpoint_dir: str, frameskip: int, resume: bool):
+    def __init__(
+        self,
+        *,
+        cfg: Config,
+        policy_id: int,
+        endpoints: LearnerEndpoints,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        device: torch.device,
+        checkpoint_dir: str,
+        frameskip: int,
+        resume: bool,
+    ):
         self.name = f"learner_p{policy_id}"
         self.cfg = cfg
         self.policy_id = policy_id
-        self.inbox = inbox
-        self.report_queue = report_queue
-        # Every policy's shared weights: ours to publish, the others' to copy (PBT) and the
-        # frozen opponents' to fill with snapshots.
-        self.all_weights = weights
-        self.incoming_weights = incoming_weights  # set from outside: see LoadWeights
+        self.inbox = endpoints.inbox
+        self.report_queue = report_queue = endpoints.report_queue
+        self.all_weights = weights = endpoints.weights
+        self.incoming_weights = endpoints.incoming_weights
         self.weights = weights[policy_id]
         self.running = True
         self.paused = True  # trains only between the runner's Resume and Pause
         if cfg.seed is not None:
             # Same initial weights for the same seed; different ones across the population.
             torch.manual_seed(cfg.seed + 7919 * policy_id)
-        self.learner = Learner(cfg, observation_space, action_space, device, frameskip,
-                               policy_id=policy_id)
+        self.learner = Learner(
+            cfg, observation_space, action_space, device, frameskip, policy_id=policy_id
+        )
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
         resumed_from = self._resume() if resume else None
         self.weights.publish(self.learner.model, self.learner.policy_version)
         if policy_id == 0:  # frozen opponents start as the first policy's initial weights
             for frozen in range(cfg.num_policies, len(weights)):
                 weights[frozen].publish(self.learner.model, 0)
-        send_many(report_queue, [LearnerReady(policy_id, self.learner.env_steps,
-                                              self.learner.policy_version, resumed_from)])
-        self.batcher = Batcher(buffer, free_slots, ledger, cfg.dataset_size // cfg.rollout,
-                               device, policy_id=policy_id)
+        send_many(
+            report_queue,
+            [
+                LearnerReady(
+                    policy_id, self.learner.env_steps, self.learner.policy_version, resumed_from
+                )
+            ],
+        )
+        buffer, slots = endpoints.buffer, endpoints.slots
+        self.batcher = Batcher(
+            buffer, slots, cfg.dataset_size // cfg.rollout, device, policy_id=policy_id
+        )
         lead = cfg.sampling_lead_sgd_steps
         if lead is None and cfg.serial_mode:
             # Serial components take turns, so there is no overlap to measure, and a lead
             # measured on the clock would make a seeded run differ from itself.
             lead = 0
         self.gate = SamplingGate(
-            ledger, policy_id, self.batcher.dataset_trajectories, buffer.layout.rows_per_slot,
-            cfg.num_epochs * cfg.num_batches_per_epoch, lead)
+            slots.ledger,
+            policy_id,
+            self.batcher.dataset_trajectories,
+            buffer.layout.rows_per_slot,
+            cfg.num_epochs * cfg.num_batches_per_epoch,
+            lead,
+        )
         self._train_seconds = 0.0
         self._arrived: deque[TrajectoryReady] = deque()
 
@@ -123,8 +158,11 @@ class LearnerWorker:
 
     def snapshot_state(self) -> dict:
         """Training state plus the trajectories staged or waiting, for an exact resume."""
-        return {"learner": self.learner.state_dict(), "batcher": self.batcher.state_dict(),
-                "arrived": list(self._arrived)}
+        return {
+            "learner": self.learner.state_dict(),
+            "batcher": self.batcher.state_dict(),
+            "arrived": list(self._arrived),
+        }
 
     def restore_state(self, state: dict) -> None:
         self.learner.load_state_dict(state["learner"])
@@ -158,8 +196,9 @@ class LearnerWorker:
         runner waits for the checkpoint queued behind LoadWeights)."""
         got = self.incoming_weights.pull(self.learner.model, have_version=-1)
         if got != version:
-            raise RuntimeError(f"{self.name}: incoming weights are at version {got}, "
-                               f"expected {version}")
+            raise RuntimeError(
+                f"{self.name}: incoming weights are at version {got}, expected {version}"
+            )
         self.learner.weights_replaced()
         self._publish()
 
@@ -174,10 +213,20 @@ class LearnerWorker:
         self._train_seconds += time.perf_counter() - t0
         stats["perf/learner_train_sec"] = self._train_seconds
         stats["learner/sampling_lead_sgd_steps"] = float(self.gate.lead)
-        send_many(self.report_queue, [TrainingReport(
-            self.policy_id, self.learner.env_steps, self.learner.policy_version, stats,
-            stats.pop("policy_lag/min"), stats.pop("policy_lag/mean"),
-            stats.pop("policy_lag/max"))])
+        send_many(
+            self.report_queue,
+            [
+                TrainingReport(
+                    self.policy_id,
+                    self.learner.env_steps,
+                    self.learner.policy_version,
+                    stats,
+                    stats.pop("policy_lag/min"),
+                    stats.pop("policy_lag/mean"),
+                    stats.pop("policy_lag/max"),
+                )
+            ],
+        )
 
     def _copy_policy(self, source: int) -> None:
         """Continue from the weights `source` last published (PBT replacement)."""
@@ -199,8 +248,13 @@ class LearnerWorker:
 
     def _save(self, msg: SaveCheckpoint) -> None:
         self.learner.assert_finite()
-        path = self.store.save(self.learner.state_dict(), env_steps=self.learner.env_steps,
-                               policy_version=self.learner.policy_version,
-                               mean_return=msg.mean_return)
-        send_many(self.report_queue, [CheckpointSaved(self.policy_id, str(path),
-                                                      self.learner.env_steps, msg.final)])
+        path = self.store.save(
+            self.learner.state_dict(),
+            env_steps=self.learner.env_steps,
+            policy_version=self.learner.policy_version,
+            mean_return=msg.mean_return,
+        )
+        send_many(
+            self.report_queue,
+            [CheckpointSaved(self.policy_id, str(path), self.learner.env_steps, msg.final)],
+        )

@@ -29,11 +29,13 @@ from __future__ import annotations
 import pickle
 import time
 from dataclasses import dataclass, field
-from queue import Empty
+from typing import Any
 
 import numpy as np
 
 from sampleforge.buffers.sampler_ledger import SamplerLedger
+from sampleforge.buffers.slot_pool import SlotPool
+from sampleforge.buffers.step_validity import Excluded, exclude
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.comms.messages import (
     ActionsReady,
@@ -48,9 +50,10 @@ from sampleforge.comms.messages import (
     TrajectoryReady,
 )
 from sampleforge.comms.queues import receive, send_many
-from sampleforge.components.env_split import EnvSplit, StepTargets, make_env_split
-from sampleforge.components.policy_mapping import PolicyMapping
+from sampleforge.envs.policy_mapping import PolicyMapping
 from sampleforge.envs.registry import EnvSpec
+from sampleforge.envs.stepping.env_split import EnvSplit, MultiAgentEnvSplit, StepTargets
+from sampleforge.envs.stepping.factory import make_env_split
 
 REPORT_EVERY_SEC = 1.0
 
@@ -71,26 +74,47 @@ class _Split:
     carried: tuple[dict[str, np.ndarray], np.ndarray] | None = None
 
 
+@dataclass(frozen=True)
+class RolloutEndpoints:
+    """What a rollout worker reads and writes; built by the wiring."""
+
+    buffer: SharedTrajectoryBuffer
+    inbox: Any  # actions ready and commands, of this worker's generation
+    inference_queues: dict[int, Any]  # every acting policy's request queue
+    learner_queues: dict[int, Any]  # every trained policy's learner inbox
+    slots: SlotPool
+    ledger: SamplerLedger  # heartbeats and generations
+    report_queue: Any
+
+
 class RolloutWorker:
     """Steps envs when their actions are ready; see the module docstring."""
 
-    def __init__(self, *, worker_index: int, env_spec: EnvSpec, num_envs: int,
-                 num_splits: int, buffer: SharedTrajectoryBuffer, inbox,
-                 inference_queues: dict, learner_queues: dict, free_slots, report_queue,
-                 ledger: SamplerLedger, seed: int | None, frameskip: int = 1,
-                 env_error_policy: str = "restart", generation: int = 0,
-                 policy_mapping: PolicyMapping | None = None,
-                 reward_shaping: dict[int, dict[str, float]] | None = None):
+    def __init__(
+        self,
+        *,
+        worker_index: int,
+        endpoints: RolloutEndpoints,
+        env_spec: EnvSpec,
+        num_envs: int,
+        num_splits: int,
+        seed: int | None,
+        frameskip: int = 1,
+        env_error_policy: str = "restart",
+        generation: int = 0,
+        policy_mapping: PolicyMapping | None = None,
+        reward_shaping: dict[int, dict[str, float]] | None = None,
+    ):
         self.name = f"rollout_worker_{worker_index}"
         self.worker_index = worker_index
         self.generation = generation
-        self.buffer = buffer
-        self.inbox = inbox
-        self.inference_queues = inference_queues
-        self.learner_queues = learner_queues  # trained policies only
-        self.free_slots = free_slots
-        self.report_queue = report_queue
-        self.ledger = ledger
+        self.buffer = endpoints.buffer
+        self.inbox = endpoints.inbox
+        self.inference_queues = endpoints.inference_queues
+        self.learner_queues = endpoints.learner_queues  # trained policies only
+        self.slots = endpoints.slots
+        self.report_queue = endpoints.report_queue
+        self.ledger = endpoints.ledger
         self.frameskip = frameskip
         self.running = True
         self.paused = True  # until the runner says Resume
@@ -101,15 +125,19 @@ class RolloutWorker:
         per_split = num_envs // num_splits
         self.splits = []
         for s in range(num_splits):
-            envs = make_env_split(env_spec=env_spec, worker_index=worker_index,
-                                  first_env_index=s * per_split, num_envs=per_split, seed=seed,
-                                  error_policy=env_error_policy)
-            split = _Split(index=s, envs=envs,
-                           row_policy=np.zeros(envs.num_rows, dtype=np.int32))
+            envs = make_env_split(
+                env_spec=env_spec,
+                worker_index=worker_index,
+                first_env_index=s * per_split,
+                num_envs=per_split,
+                seed=seed,
+                error_policy=env_error_policy,
+            )
+            split = _Split(index=s, envs=envs, row_policy=np.zeros(envs.num_rows, dtype=np.int32))
             for i in range(len(envs)):
                 self._assign_policies(split, i)
             self.splits.append(split)
-        self._views = _NumpyViews(buffer)
+        self._views = _NumpyViews(self.buffer)
         self._episodes: dict[int, EpisodesFinished] = {}
         self._faults: list[str] = []
         self._frames_since_report = 0
@@ -155,9 +183,13 @@ class RolloutWorker:
     # --- exact resume (serial mode) -------------------------------------------------------------
     def snapshot_state(self) -> dict:
         """Everything this worker holds, envs included (pickled), for an exact resume."""
-        return {"splits": pickle.dumps(self.splits), "rng": self._rng.bit_generator.state,
-                "paused": self.paused, "started": self._started,
-                "reward_shaping": dict(self.reward_shaping)}
+        return {
+            "splits": pickle.dumps(self.splits),
+            "rng": self._rng.bit_generator.state,
+            "paused": self.paused,
+            "started": self._started,
+            "reward_shaping": dict(self.reward_shaping),
+        }
 
     def restore_state(self, state: dict) -> None:
         self.close()
@@ -220,16 +252,24 @@ class RolloutWorker:
     def _step_envs(self, split: _Split) -> None:
         views = self._views
         slot, t = split.slot, split.step
-        targets = StepTargets(rewards=views.rewards[slot, t], dones=views.dones[slot, t],
-                              valids=views.valids[slot, t], next_obs=views.obs_at(slot, t + 1))
+        targets = StepTargets(
+            rewards=views.rewards[slot, t],
+            dones=views.dones[slot, t],
+            valids=views.valids[slot, t],
+            next_obs=views.obs_at(slot, t + 1),
+        )
         t0 = time.perf_counter()
         outcome = split.envs.step(views.actions[slot, t], targets)
         self._timings["env_step"] += time.perf_counter() - t0
         if split.resent_step == t:
-            targets.valids[:] = 0.0
+            exclude(targets.valids, slice(None), Excluded.RESENT_ACTION)
             split.resent_step = -1
-        for ret, length, row, win in zip(outcome.episode_returns, outcome.episode_lengths,
-                                         outcome.episode_rows, outcome.episode_wins):
+        for ret, length, row, win in zip(
+            outcome.episode_returns,
+            outcome.episode_lengths,
+            outcome.episode_rows,
+            outcome.episode_wins,
+        ):
             self._record_episode(int(split.row_policy[row]), ret, length, win)
         self._faults += outcome.faults
         for i in set(outcome.ended_envs):
@@ -246,7 +286,7 @@ class RolloutWorker:
         env_index = envs.contexts[i].env_index
         policies = self.mapping.assign(env_index, envs.seats, self._rng)
         split.row_policy[envs.env_rows(i)] = policies
-        if self.reward_shaping:
+        if self.reward_shaping and isinstance(envs, MultiAgentEnvSplit):  # multi-agent only
             for seat, policy in enumerate(policies.tolist()):
                 if policy in self.reward_shaping:
                     envs.set_reward_shaping(i, seat, self.reward_shaping[policy])
@@ -259,8 +299,10 @@ class RolloutWorker:
         else:
             # Keep step T ourselves: once handed over, the slot may be reused at any time.
             views = self._views
-            split.carried = ({k: v[finished, -1].copy() for k, v in views.obs.items()},
-                             views.rnn_states[finished, -1].copy())
+            split.carried = (
+                {k: v[finished, -1].copy() for k, v in views.obs.items()},
+                views.rnn_states[finished, -1].copy(),
+            )
             split.slot = -1
         self._hand_over(split, finished)
 
@@ -271,16 +313,19 @@ class RolloutWorker:
         rows_of = {p: rows for p, rows in rows_of.items() if len(rows)}
         every_row = split.envs.num_rows
         returner = min(rows_of) if rows_of else -1
-        messages = {p: TrajectoryReady(p, slot,
-                                       None if len(rows) == every_row else tuple(rows.tolist()),
-                                       self.worker_index, returns_slot=p == returner)
-                    for p, rows in rows_of.items()}
+        messages = {
+            p: TrajectoryReady(
+                p,
+                slot,
+                None if len(rows) == every_row else tuple(rows.tolist()),
+                self.worker_index,
+                returns_slot=p == returner,
+            )
+            for p, rows in rows_of.items()
+        }
         # Everything is prepared first: a kill between the ledger update and the sends would
         # lose the slot, so that stretch is kept as short as possible.
-        self.ledger.hand_over(slot, readers=list(rows_of))
-        if not rows_of:  # only frozen opponents played: nothing to learn from
-            send_many(self.free_slots, [slot])
-            return
+        self.slots.hand_over(slot, readers=list(rows_of))  # no reader: free again at once
         for p, message in messages.items():
             send_many(self.learner_queues[p], [message])
 
@@ -288,14 +333,10 @@ class RolloutWorker:
         """Take a free slot if the learners want more data and one is free now (never waits:
         a process killed while waiting on a shared queue could leave it unusable for
         everyone). A split without a slot stays parked; `poll` retries."""
-        split.slot = -1
-        if not self.ledger.sampling_allowed():
-            return False  # back-pressure: the learners have enough on its way (policy lag)
-        try:
-            split.slot = self.free_slots.get(block=False)
-        except Empty:
+        slot = self.slots.acquire(self.worker_index)  # None: back-pressure, or none free
+        split.slot = -1 if slot is None else slot
+        if slot is None:
             return False
-        self.ledger.take(split.slot, self.worker_index)
         if split.carried is not None:
             views = self._views
             observations, rnn_state = split.carried
@@ -315,8 +356,9 @@ class RolloutWorker:
         self._send_requests(split, policies)
 
     def _send_requests(self, split: _Split, policies: set[int]) -> None:
-        request = InferenceRequested(self.worker_index, split.index, split.slot, split.step,
-                                     self.generation)
+        request = InferenceRequested(
+            self.worker_index, split.index, split.slot, split.step, self.generation
+        )
         for p in policies:
             send_many(self.inference_queues[p], [request])
 
@@ -334,8 +376,14 @@ class RolloutWorker:
         now = time.monotonic()
         if not force and now - self._last_report < REPORT_EVERY_SEC:
             return
-        reports = [SamplerReport(self.worker_index, self._frames_since_report,
-                                 dict(self._timings), env_faults=self._faults)]
+        reports: list[SamplerReport | EpisodesFinished] = [
+            SamplerReport(
+                self.worker_index,
+                self._frames_since_report,
+                dict(self._timings),
+                env_faults=self._faults,
+            )
+        ]
         reports += list(self._episodes.values())
         send_many(self.report_queue, reports)
         self._episodes = {}

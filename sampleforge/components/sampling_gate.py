@@ -49,9 +49,16 @@ _SMOOTHING = 0.25
 class SamplingGate:
     """One learner's side of the back-pressure (see the module docstring)."""
 
-    def __init__(self, ledger: SamplerLedger, policy_id: int, dataset_trajectories: int,
-                 rows_per_slot: int, sgd_steps_per_dataset: int, lead_sgd_steps: int | None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        ledger: SamplerLedger,
+        policy_id: int,
+        dataset_trajectories: int,
+        rows_per_slot: int,
+        sgd_steps_per_dataset: int,
+        lead_sgd_steps: int | None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.ledger = ledger
         self.policy_id = policy_id
         self.dataset_trajectories = dataset_trajectories
@@ -63,7 +70,9 @@ class SamplingGate:
         self.max_lead = sgd_steps_per_dataset * max(1, ledger.num_slots // dataset_slots - 1)
         if self.measured:
             self.max_lead = min(self.max_lead, measured_lead_bound(sgd_steps_per_dataset))
-        self.lead = min(_FIRST_LEAD, sgd_steps_per_dataset) if self.measured else lead_sgd_steps
+        self.lead: int = (
+            min(_FIRST_LEAD, sgd_steps_per_dataset) if lead_sgd_steps is None else lead_sgd_steps
+        )
         self.clock = clock
         self.sgd_steps_left = 0  # of the dataset being trained on
         self.step_seconds: float | None = None
@@ -113,10 +122,8 @@ class SamplingGate:
     def _complete_datasets_beyond(self, staged_trajectories: int) -> int:
         """Whole datasets sampled (staged, or finished and on their way) beyond the current
         one, which `staged_trajectories` includes."""
-        finished = (self.ledger.slots_in_flight(self.policy_id)
-                    - self.ledger.slots_being_filled())
-        beyond = (staged_trajectories - self.dataset_trajectories
-                  + finished * self.rows_per_slot)
+        finished = self.ledger.slots_in_flight(self.policy_id) - self.ledger.slots_being_filled()
+        beyond = staged_trajectories - self.dataset_trajectories + finished * self.rows_per_slot
         return max(beyond, 0) // self.dataset_trajectories
 
     def _note_early_data(self, staged_trajectories: int) -> None:
@@ -124,14 +131,18 @@ class SamplingGate:
         sampled completely (or every rollout asked for had finished)."""
         if self.sgd_steps_left == 0 or self._steps_left_when_sampled is not None:
             return
-        all_finished = (self.ledger.slots_being_filled() == 0
-                        and self.ledger.slots_in_flight(self.policy_id) > 0)
+        all_finished = (
+            self.ledger.slots_being_filled() == 0
+            and self.ledger.slots_in_flight(self.policy_id) > 0
+        )
         if all_finished or self._complete_datasets_beyond(staged_trajectories):
             self._steps_left_when_sampled = self.sgd_steps_left
 
     def _adjust_lead(self, waited: float, datasets_waiting: int) -> None:
-        if waited > 0.5 * self.step_seconds:
-            self.lead += math.ceil(waited / self.step_seconds)
+        step_seconds = self.step_seconds
+        assert step_seconds is not None  # only called once an SGD step has been timed
+        if waited > 0.5 * step_seconds:
+            self.lead += math.ceil(waited / step_seconds)
         elif datasets_waiting >= 1:
             self.lead -= datasets_waiting * self.sgd_steps_per_dataset
         elif (self._steps_left_when_sampled or 0) >= 2:

@@ -5,6 +5,7 @@
 | rollout worker | replaced; its slots are reclaimed after a quarantine; its partial trajectories are never trained on | killed after `env_step_timeout_sec` without a heartbeat, then replaced | the run fails with its traceback |
 | inference worker | replaced; rollout workers re-send the requests it held | — | the run fails |
 | learner | the run fails; the last checkpoint is intact | — | the run fails |
+| evaluation worker | the run fails (evaluation was asked for; a silent gap in it would mislead) | — | the run fails |
 
 Deaths are seen through process sentinels on every runner loop (well under a second), not
 only through heartbeats. More than `max_component_restarts` replacements fail the run.
@@ -14,14 +15,13 @@ Must not: decide when training ends, or touch learning state.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from sampleforge.comms.hosts import ComponentSpec
-from sampleforge.comms.messages import ResendRequests, Resume
+from sampleforge.comms.messages import ResendRequests, Resume, Stop
 from sampleforge.comms.queues import send_many
 
 log = logging.getLogger(__name__)
@@ -67,21 +67,39 @@ class Supervisor:
         """The spec of every component as it runs now (replacements included)."""
         return list(self.specs.values())
 
+    def stop_all(self, timeout: float) -> None:
+        """Ask every live component to stop; terminate those still running after `timeout`."""
+        dead = self.host.dead()
+        for spec in self.current_specs():
+            if spec.name in dead:
+                continue  # never signal the queue of a killed process (it may block forever)
+            try:
+                send_many(spec.control_queue, [Stop()], timeout=1.0)
+            except Exception:  # noqa: BLE001 - a full queue must not stop the shutdown
+                pass
+        forced = self.host.join_all(timeout)
+        if forced:
+            log.warning("had to terminate components that did not stop: %s", ", ".join(forced))
+
     def health_metrics(self) -> dict[str, float]:
         return {f"health/{kind}_restarts": float(n) for kind, n in self.restarts.items()}
 
     # --- policy ---------------------------------------------------------------------------------
     def _on_death(self, name: str, code: int) -> None:
-        kind = _kind(name)
+        kind = self.specs[name].kind
         if kind not in self.restarts:
-            raise ComponentDied(f"{name} died (exit code {code}); the run cannot continue without "
-                                "it. The last checkpoint is intact: run the same command to "
-                                "resume.")
+            raise ComponentDied(
+                f"{name} died (exit code {code}); the run cannot continue without "
+                "it. The last checkpoint is intact: run the same command to "
+                "resume."
+            )
         self.restarts[kind] += 1
         if self.restarts[kind] > self.cfg.max_component_restarts:
-            raise ComponentDied(f"{name} died (exit code {code}) after {self.restarts[kind] - 1} "
-                                f"replacements of {kind}s (max_component_restarts="
-                                f"{self.cfg.max_component_restarts})")
+            raise ComponentDied(
+                f"{name} died (exit code {code}) after {self.restarts[kind] - 1} "
+                f"replacements of {kind}s (max_component_restarts="
+                f"{self.cfg.max_component_restarts})"
+            )
         log.warning("%s died (exit code %s); replacing it", name, code)
         if kind == "rollout_worker":
             self._replace_rollout_worker(name)
@@ -91,12 +109,9 @@ class Supervisor:
                 send_many(self.wiring.rollout_inbox(w), [ResendRequests()])
 
     def _replace_rollout_worker(self, name: str) -> None:
-        spec = self.specs[name]
-        worker = spec.kwargs["worker_index"]
+        worker = self.specs[name].index
         generation = self.wiring.ledger.retire(worker)
-        inbox = self.wiring.rollout_inboxes[worker][generation]  # a fresh one, never used
-        spec = dataclasses.replace(spec, control_queue=inbox, kwargs={
-            **spec.kwargs, "generation": generation, "inbox": inbox})
+        spec = self.wiring.rollout_worker_spec(worker, generation)
         self.specs[name] = spec
         self._pending.append(_PendingReplacement(spec, worker, time.monotonic() + QUARANTINE_SEC))
 
@@ -111,28 +126,20 @@ class Supervisor:
                 send_many(p.spec.control_queue, [Resume()])
 
     def _reclaim_slots(self, worker: int) -> None:
-        ledger = self.wiring.ledger
-        slots = ledger.slots_of(worker)
-        for slot in slots:
-            ledger.release(slot)
-        send_many(self.wiring.free_slots, slots)
+        slots = self.wiring.slots.reclaim(worker)
         log.info("reclaimed %d trajectory slots of rollout worker %d", len(slots), worker)
 
     def _kill_hung_workers(self) -> None:
         if self.cfg.serial_mode:
             return  # one thread: a hung env hangs everything, nothing to watch from
         replacing = {p.worker for p in self._pending}
-        for w in range(self.cfg.num_workers):
+        for name, spec in self.specs.items():
+            w = spec.index
+            if spec.kind != "rollout_worker" or w in replacing:
+                continue
             silent = self.wiring.ledger.seconds_since_beat(w)
-            if w not in replacing and silent > self.cfg.env_step_timeout_sec:
-                log.warning("rollout_worker_%d made no progress for %.1f s (an env step hung?); "
-                            "killing it", w, silent)
-                self.host.kill(f"rollout_worker_{w}")
-
-
-def _kind(name: str) -> str:
-    if name.startswith("rollout_worker"):
-        return "rollout_worker"
-    if name.startswith("inference_worker"):
-        return "inference_worker"
-    return name
+            if silent > self.cfg.env_step_timeout_sec:
+                log.warning(
+                    "%s made no progress for %.1f s (an env step hung?); killing it", name, silent
+                )
+                self.host.kill(name)

@@ -2,11 +2,18 @@
 
 from sampleforge.config.schema import Config, config_fields, config_to_dict
 from sampleforge.config.validation import (
-                                           ConfigError,
-                                           config_from_dict,
-                                           make_config,
-                                           validate_config,
+    ConfigError,
+    config_from_dict,
+    make_config,
+    validate_config,
 )
 
-__all__ = ["Config", "ConfigError", "config_fields", "config_from_dict", "config_to_dict",
-           "make_config", "validate_config"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "config_fields",
+    "config_from_dict",
+    "config_to_dict",
+    "make_config",
+    "validate_config",
+]

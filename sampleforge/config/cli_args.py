@@ -46,7 +46,7 @@ class ConfigArgumentParser(argparse.ArgumentParser):
     def _known_flags(self) -> list[str]:
         """Every flag of this parser and of its subcommands (unknown flags of a subcommand
         are reported by the top-level parser)."""
-        flags = []
+        flags: list[str] = []
         for action in self._actions:
             flags.extend(action.option_strings)
             if isinstance(action, argparse._SubParsersAction):
@@ -67,8 +67,9 @@ def bool_arg(value: str) -> bool:
 
 def add_switch(parser: Any, flag: str, help: str) -> None:
     """A boolean flag that takes both forms: `--flag` alone, or `--flag true|false`."""
-    parser.add_argument(flag, nargs="?", const=True, default=False, type=bool_arg,
-                        metavar="BOOL", help=help)
+    parser.add_argument(
+        flag, nargs="?", const=True, default=False, type=bool_arg, metavar="BOOL", help=help
+    )
 
 
 def _metavar(annotation: Any) -> str:
@@ -79,8 +80,9 @@ def _metavar(annotation: Any) -> str:
     return getattr(inner, "__name__", "VALUE").upper()
 
 
-def add_config_arguments(parser: argparse.ArgumentParser, heading: str | None = None,
-                         note: str | None = None) -> None:
+def add_config_arguments(
+    parser: argparse.ArgumentParser, heading: str | None = None, note: str | None = None
+) -> None:
     """Add one flag per Config field, grouped as in the schema, defaults shown in --help.
 
     For commands that only read a run's settings (enjoy, eval, export): `heading` prefixes
@@ -96,17 +98,23 @@ def add_config_arguments(parser: argparse.ArgumentParser, heading: str | None = 
             title = _GROUP_TITLES.get(group_name, group_name)
             groups[group_name] = parser.add_argument_group(
                 title if heading is None else f"{heading}: {title}",
-                description=None if groups else note)
+                description=None if groups else note,
+            )
         default = getattr(defaults, f.name)
         if isinstance(default, tuple):
             default = ",".join(map(str, default))
         # a boolean flag alone means true: `--serial_mode` as well as `--serial_mode true`
-        switch = {"nargs": "?", "const": "true"} if hints[f.name] is bool else {}
+        switch = hints[f.name] is bool
         groups[group_name].add_argument(
-            f"--{f.name}", type=str, default=argparse.SUPPRESS, metavar=_metavar(hints[f.name]),
-            **switch,
+            f"--{f.name}",
+            type=str,
+            default=argparse.SUPPRESS,
+            metavar=_metavar(hints[f.name]),
+            nargs="?" if switch else None,
+            const="true" if switch else None,
             # argparse treats "%" in help as a format directive.
-            help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"))
+            help=f"{f.metadata['help']} (default: {default})".replace("%", "%%"),
+        )
 
 
 def config_from_args(args: argparse.Namespace, base: Config | None = None) -> Config:
@@ -123,5 +131,12 @@ def parse_config(argv: Sequence[str]) -> Config:
     return config_from_args(parser.parse_args(list(argv)))
 
 
-__all__ = ["ConfigArgumentParser", "add_config_arguments", "add_switch", "bool_arg",
-           "config_from_args", "parse_config", "ConfigError"]
+__all__ = [
+    "ConfigArgumentParser",
+    "add_config_arguments",
+    "add_switch",
+    "bool_arg",
+    "config_from_args",
+    "parse_config",
+    "ConfigError",
+]

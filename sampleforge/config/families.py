@@ -78,18 +78,38 @@ _RETURN_NORMALISATION = {"normalize_returns": True, "reward_scale": 1.0}
 _FAMILIES: dict[str, dict[str, Any]] = {
     # One worker x 16 envs in two splits of 8: each split's 8 x 128-step trajectories are one
     # 1,024-sample dataset, so back-pressure can hold sampling to what the learner needs.
-    "atari": {"rollout": 128, "batch_size": 256, "num_batches_per_epoch": 4, "num_epochs": 4,
-              "learning_rate": 2.5e-4, "lr_schedule": "linear", "adam_eps": 1e-5,
-              "with_vtrace": False, "gamma": 0.99, "gae_lambda": 0.95, "ppo_clip_ratio": 0.1,
-              "value_loss_coeff": 0.5, "entropy_coeff": 0.01, "max_grad_norm": 0.5,
-              "activation": "relu", "encoder": "conv_nature", "normalize_pixels": True,
-              "num_envs_per_worker": 16,
-              "learner_torch_threads": "auto"},
+    "atari": {
+        "rollout": 128,
+        "batch_size": 256,
+        "num_batches_per_epoch": 4,
+        "num_epochs": 4,
+        "learning_rate": 2.5e-4,
+        "lr_schedule": "linear",
+        "adam_eps": 1e-5,
+        "with_vtrace": False,
+        "gamma": 0.99,
+        "gae_lambda": 0.95,
+        "ppo_clip_ratio": 0.1,
+        "value_loss_coeff": 0.5,
+        "entropy_coeff": 0.01,
+        "max_grad_norm": 0.5,
+        "activation": "relu",
+        "encoder": "conv_nature",
+        "normalize_pixels": True,
+        "num_envs_per_worker": 16,
+        "learner_torch_threads": "auto",
+    },
     # VizDoom from pixels (tests/learning/test_doom_learns.py): ELU as in the paper; the CPU
     # learner is the bottleneck, so smaller minibatches and one epoch.
-    "doom": {"activation": "elu", "learning_rate": 5e-4, "batch_size": 128,
-             "num_batches_per_epoch": 8, "num_epochs": 1, "num_envs_per_worker": 8,
-             "learner_torch_threads": "auto"},
+    "doom": {
+        "activation": "elu",
+        "learning_rate": 5e-4,
+        "batch_size": 128,
+        "num_batches_per_epoch": 8,
+        "num_epochs": 1,
+        "num_envs_per_worker": 8,
+        "learner_torch_threads": "auto",
+    },
     # The defaults, tuned on CartPole-v1 with reward_scale 0.1. Return normalisation is off
     # here: with it (reward_scale 1) CartPole-v1 took 1.5x the env steps to its solve line
     # (277k-500k against 203k-221k, seeds 1-3), also with value_loss_coeff 2.

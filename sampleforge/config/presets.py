@@ -22,8 +22,14 @@ PRESET_NAMES = ("mujoco", "atari", "doom", "duel")
 _FAMILY_OF_PRESET = {"mujoco": "continuous", "atari": "atari", "doom": "doom"}
 
 # Self-play on the built-in duel (docs/multi_agent.md).
-_DUEL = {"reward_scale": 1.0, "learning_rate": 1e-3, "batch_size": 1024,
-         "num_batches_per_epoch": 1, "num_epochs": 2, "num_envs_per_worker": 16}
+_DUEL = {
+    "reward_scale": 1.0,
+    "learning_rate": 1e-3,
+    "batch_size": 1024,
+    "num_batches_per_epoch": 1,
+    "num_epochs": 2,
+    "num_envs_per_worker": 16,
+}
 
 
 def preset_settings(name: str) -> dict[str, Any]:

@@ -7,12 +7,10 @@ nothing here imports torch, processes or environments.
 
 Defaults follow the Sample Factory paper's Table A.5 (PPO clip 0.1, V-trace rho_bar = c_bar = 1,
 Adam betas and eps, gradient clip 4, rollout 32, entropy 0.003, critic 0.5), except where small
-fast environments such as the default CartPole-v1 need other settings: lr 2e-3, one epoch of
-four 512-sample minibatches per dataset, 48 envs per worker, reward scale 0.1. Measured on 2
-cores: CartPole-v1 reaches a mean return of 450 in 199k-209k env steps and 8.1-8.6 s (3 seeds)
-at 43k-49k frames/s with a mean policy lag of 5.7-6.6; the earlier defaults (lr 1e-3, two
-epochs of two minibatches, 16 envs per worker) took 163k-174k steps and 10.1-10.2 s at 25k-27k
-frames/s. Presets (`config/presets.py`) set their own values for other env families.
+fast vector tasks such as the default CartPole-v1 need other settings: lr 2e-3, one epoch of
+four 512-sample minibatches per dataset, 48 envs per worker, reward scale 0.1 (the measurements
+behind them: docs/design_notes.md). Each env family (`config/families.py`) and preset
+(`config/presets.py`) brings its own values on top; explicit settings always win.
 """
 
 from __future__ import annotations
@@ -25,7 +23,9 @@ from typing import Any, Callable, Literal, Optional
 DeviceName = Literal["auto", "cpu", "cuda"]
 AlgorithmName = Literal["appo", "impala", "a3c"]
 RnnType = Literal["none", "gru", "lstm"]
-EncoderName = Literal["auto", "mlp", "conv_simple", "conv_nature"]
+# Any encoder registered with sampleforge.models.registry, or module:name. The model factory
+# checks the name (config cannot import models; see tests/test_layers.py).
+EncoderName = str
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
 RestartBehavior = Literal["resume", "overwrite"]
@@ -47,7 +47,9 @@ def option(default: Any, help: str, group: str, auto: Optional[Callable[[], Any]
 
 def available_cores() -> int:
     """Cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
@@ -55,190 +57,331 @@ class Config:
     """Every setting of a training run. Field names are the CLI flags (`--num_workers 4`)."""
 
     # --- experiment -----------------------------------------------------------------------------
-    env: str = option("CartPole-v1", "Environment: a Gymnasium id, a registered sampleforge "
-                      "name (e.g. atari_breakout), or module:EnvId (imports module, which "
-                      "registers EnvId with Gymnasium).", "experiment")
-    experiment: Optional[str] = option(None, "Experiment name: the folder under train_dir. "
-                                       "Default: the env name.", "experiment")
+    env: str = option(
+        "CartPole-v1",
+        "Environment: a Gymnasium id, a registered sampleforge "
+        "name (e.g. atari_breakout), or module:EnvId (imports module, which "
+        "registers EnvId with Gymnasium).",
+        "experiment",
+    )
+    experiment: Optional[str] = option(
+        None, "Experiment name: the folder under train_dir. Default: the env name.", "experiment"
+    )
     train_dir: str = option("train_dir", "Root folder of all experiments.", "experiment")
     restart_behavior: RestartBehavior = option(
-        "resume", "What to do when the experiment folder exists: resume from its latest "
-        "checkpoint, or overwrite (delete it and start fresh).", "experiment")
+        "resume",
+        "What to do when the experiment folder exists: resume from its latest "
+        "checkpoint, or overwrite (delete it and start fresh).",
+        "experiment",
+    )
     preset: Optional[PresetName] = option(
-        None, "Settings that make an env family learn well, under any you give yourself: "
+        None,
+        "Settings that make an env family learn well, under any you give yourself: "
         "mujoco (continuous control), atari, doom (VizDoom from pixels), duel (self-play).",
-        "experiment")
-    seed: Optional[int] = option(None, "Random seed for torch, numpy and the envs. Default: "
-                                 "random.", "experiment")
-    device: DeviceName = option("auto", "Device of the learner and inference workers: cpu, "
-                                "cuda, or auto (cuda when available).", "experiment")
+        "experiment",
+    )
+    seed: Optional[int] = option(
+        None, "Random seed for torch, numpy and the envs. Default: random.", "experiment"
+    )
+    device: DeviceName = option(
+        "auto",
+        "Device of the learner and inference workers: cpu, cuda, or auto (cuda when available).",
+        "experiment",
+    )
     algorithm: AlgorithmName = option(
-        "appo", "appo: PPO clipping + V-trace; impala: V-trace actor-critic without a trust "
-        "region; a3c: advantage actor-critic without off-policy correction.", "experiment")
+        "appo",
+        "appo: PPO clipping + V-trace; impala: V-trace actor-critic without a trust "
+        "region; a3c: advantage actor-critic without off-policy correction.",
+        "experiment",
+    )
 
     # --- when to stop ---------------------------------------------------------------------------
-    train_for_env_steps: int = option(10_000_000, "Stop after this many env steps (frames: agent "
-                                      "steps x frameskip).", "stopping")
-    train_for_seconds: Optional[float] = option(None, "Stop after this many seconds of "
-                                                "training.", "stopping")
+    train_for_env_steps: int = option(
+        10_000_000, "Stop after this many env steps (frames: agent steps x frameskip).", "stopping"
+    )
+    train_for_seconds: Optional[float] = option(
+        None, "Stop after this many seconds of training.", "stopping"
+    )
     stop_at_mean_return: Optional[float] = option(
-        None, "Stop once the mean return over the last 100 episodes reaches this. Default: the "
-        "env's reward threshold; pass inf to disable.", "stopping")
+        None,
+        "Stop once the mean return over the last 100 episodes reaches this. Default: the "
+        "env's reward threshold; pass inf to disable.",
+        "stopping",
+    )
 
     # --- sampling -------------------------------------------------------------------------------
-    serial_mode: bool = option(False, "Run every component in this one process (debugging, "
-                               "tests).", "sampling")
-    serial_snapshot: bool = option(True, "In serial mode, snapshot every component at the stop "
-                                   "(serial_state.pt: pickled envs, verified against its "
-                                   "SHA-256 sidecar before loading) so that a resume continues "
-                                   "bit for bit; false: resume from the checkpoint only.",
-                                   "sampling")
-    num_workers: int = option(2, "Rollout worker processes; auto: one per core (paper, "
-                              "appendix B).", "sampling", auto=available_cores)
-    num_envs_per_worker: int = option(48, "Environments simulated by each rollout worker.",
-                                      "sampling")
-    worker_num_splits: int = option(2, "Groups the worker's envs are split into; 2 gives "
-                                    "double-buffered sampling.", "sampling")
+    serial_mode: bool = option(
+        False, "Run every component in this one process (debugging, tests).", "sampling"
+    )
+    serial_snapshot: bool = option(
+        True,
+        "In serial mode, snapshot every component at the stop "
+        "(serial_state.pt: pickled envs, verified against its "
+        "SHA-256 sidecar before loading) so that a resume continues "
+        "bit for bit; false: resume from the checkpoint only.",
+        "sampling",
+    )
+    num_workers: int = option(
+        2,
+        "Rollout worker processes; auto: one per core (paper, appendix B).",
+        "sampling",
+        auto=available_cores,
+    )
+    num_envs_per_worker: int = option(
+        48, "Environments simulated by each rollout worker.", "sampling"
+    )
+    worker_num_splits: int = option(
+        2, "Groups the worker's envs are split into; 2 gives double-buffered sampling.", "sampling"
+    )
     num_inference_workers: int = option(1, "Inference worker processes per policy.", "sampling")
-    rollout: int = option(32, "Trajectory length T: env steps per trajectory sent to the "
-                          "learner.", "sampling")
-    max_policy_lag: int = option(100, "Samples older than this many SGD steps are dropped from "
-                                 "training.", "sampling")
+    rollout: int = option(
+        32, "Trajectory length T: env steps per trajectory sent to the learner.", "sampling"
+    )
+    max_policy_lag: int = option(
+        100, "Samples older than this many SGD steps are dropped from training.", "sampling"
+    )
     sampling_lead_sgd_steps: Optional[int] = option(
-        None, "Back-pressure on sampling: rollout workers start trajectories for the learner's "
+        None,
+        "Back-pressure on sampling: rollout workers start trajectories for the learner's "
         "next datasets only once it has at most this many SGD steps to go before it needs "
         "them, and only as many as those datasets lack. Mean policy lag is then about (SGD "
         "steps per dataset + this) / 2 when the learner is the slow part. None: the learner "
         "measures it, so it neither waits for data nor lets data wait, up to a mean lag of "
-        "about 10; 0 samples only while the learner waits.", "sampling")
+        "about 10; 0 samples only while the learner waits.",
+        "sampling",
+    )
 
     # --- policies, self-play and population-based training ----------------------------------------
-    num_policies: int = option(1, "Policies trained at once (each with its own learner and "
-                               "inference workers).", "population")
+    num_policies: int = option(
+        1,
+        "Policies trained at once (each with its own learner and inference workers).",
+        "population",
+    )
     policy_mapping: str = option(
-        "random", "Who plays each agent seat, drawn at every episode start: random (a random "
+        "random",
+        "Who plays each agent seat, drawn at every episode start: random (a random "
         "trained policy; opponents may be frozen snapshots), seat (seat i plays policy i mod "
-        "num_policies), or package.module:function (see docs/multi_agent.md).", "population")
+        "num_policies), or package.module:function (see docs/multi_agent.md).",
+        "population",
+    )
     num_frozen_opponents: int = option(
-        0, "Frozen snapshots of trained policies kept as opponents (self-play against past "
-        "selves); they act but are never trained.", "population")
+        0,
+        "Frozen snapshots of trained policies kept as opponents (self-play against past "
+        "selves); they act but are never trained.",
+        "population",
+    )
     frozen_opponent_prob: float = option(
-        0.2, "Probability that an opponent seat is played by a frozen snapshot (random "
-        "mapping, with num_frozen_opponents > 0).", "population")
+        0.2,
+        "Probability that an opponent seat is played by a frozen snapshot (random "
+        "mapping, with num_frozen_opponents > 0).",
+        "population",
+    )
     snapshot_every_env_steps: int = option(
-        200_000, "Env steps between refreshing one frozen snapshot (round robin) with a random "
-        "trained policy's current weights.", "population")
-    with_pbt: bool = option(False, "Population-based training over the num_policies policies "
-                            "(paper A.3.1).", "population")
+        200_000,
+        "Env steps between refreshing one frozen snapshot (round robin) with a random "
+        "trained policy's current weights.",
+        "population",
+    )
+    with_pbt: bool = option(
+        False,
+        "Population-based training over the num_policies policies (paper A.3.1).",
+        "population",
+    )
     pbt_period_env_steps: int = option(
-        500_000, "Env steps (all policies together) between PBT rounds.", "population")
+        500_000, "Env steps (all policies together) between PBT rounds.", "population"
+    )
     pbt_objective: PbtObjective = option(
-        "auto", "What PBT ranks policies by: mean_return, win_rate (self-play), or auto "
-        "(win_rate when the env reports match outcomes).", "population")
+        "auto",
+        "What PBT ranks policies by: mean_return, win_rate (self-play), or auto "
+        "(win_rate when the env reports match outcomes).",
+        "population",
+    )
     pbt_replace_threshold: float = option(
-        0.0, "A worst-30% policy copies a best-30% policy only when their objectives differ by "
-        "more than this.", "population")
-    pbt_mutation_probability: float = option(0.15, "Chance that PBT mutates each "
-                                             "hyperparameter of a bottom-70% policy.",
-                                             "population")
-    pbt_mutation_factor: float = option(1.2, "PBT multiplies or divides a mutated "
-                                        "hyperparameter by this.", "population")
+        0.0,
+        "A worst-30% policy copies a best-30% policy only when their objectives differ by "
+        "more than this.",
+        "population",
+    )
+    pbt_mutation_probability: float = option(
+        0.15, "Chance that PBT mutates each hyperparameter of a bottom-70% policy.", "population"
+    )
+    pbt_mutation_factor: float = option(
+        1.2, "PBT multiplies or divides a mutated hyperparameter by this.", "population"
+    )
 
     # --- learner --------------------------------------------------------------------------------
     learner_torch_threads: int = option(
-        1, "Torch threads of each learner process; auto: one per core. On a CPU machine whose "
+        1,
+        "Torch threads of each learner process; auto: one per core. On a CPU machine whose "
         "learner is the bottleneck (conv models), more threads let it use the cores the other "
-        "processes leave idle.", "learner", auto=available_cores)
-    batch_size: int = option(512, "Minibatch size in samples; a multiple of rollout (minibatches "
-                             "hold whole trajectories).", "learner")
-    num_batches_per_epoch: int = option(4, "Minibatches per dataset; the dataset is batch_size x "
-                                        "num_batches_per_epoch samples.", "learner")
+        "processes leave idle.",
+        "learner",
+        auto=available_cores,
+    )
+    batch_size: int = option(
+        512,
+        "Minibatch size in samples; a multiple of rollout (minibatches hold whole trajectories).",
+        "learner",
+    )
+    num_batches_per_epoch: int = option(
+        4,
+        "Minibatches per dataset; the dataset is batch_size x num_batches_per_epoch samples.",
+        "learner",
+    )
     num_epochs: int = option(1, "Passes of SGD over each dataset.", "learner")
     shuffle_samples: bool = option(
-        True, "Feed-forward APPO with GAE (with_vtrace false): minibatches of single samples "
+        True,
+        "Feed-forward APPO with GAE (with_vtrace false): minibatches of single samples "
         "shuffled across the dataset, advantages computed once per dataset (the PPO recipe). "
         "False, V-trace, A3C and recurrent models: minibatches of whole trajectories.",
-        "learner")
-    learning_rate: float = option(2e-3, "Adam learning rate (paper: 1e-4 for VizDoom).",
-                                  "learner")
-    lr_schedule: LrSchedule = option("constant", "Learning-rate schedule: constant, or linear "
-                                     "decay to 0 at train_for_env_steps.", "learner")
+        "learner",
+    )
+    learning_rate: float = option(2e-3, "Adam learning rate (paper: 1e-4 for VizDoom).", "learner")
+    lr_schedule: LrSchedule = option(
+        "constant",
+        "Learning-rate schedule: constant, or linear decay to 0 at train_for_env_steps.",
+        "learner",
+    )
     adam_beta1: float = option(0.9, "Adam beta1.", "learner")
     adam_beta2: float = option(0.999, "Adam beta2.", "learner")
     adam_eps: float = option(1e-6, "Adam epsilon.", "learner")
-    max_grad_norm: float = option(4.0, "Gradient-norm clipping threshold (0 disables).",
-                                  "learner")
+    max_grad_norm: float = option(4.0, "Gradient-norm clipping threshold (0 disables).", "learner")
     gamma: float = option(0.99, "Discount factor.", "learner")
-    gae_lambda: float = option(0.95, "GAE lambda (used when V-trace is off, and by a3c).",
-                               "learner")
-    with_vtrace: bool = option(True, "APPO: V-trace targets and advantages (else GAE).",
-                               "learner")
+    gae_lambda: float = option(
+        0.95, "GAE lambda (used when V-trace is off, and by a3c).", "learner"
+    )
+    with_vtrace: bool = option(True, "APPO: V-trace targets and advantages (else GAE).", "learner")
     vtrace_rho_bar: float = option(1.0, "V-trace rho clipping threshold.", "learner")
     vtrace_c_bar: float = option(1.0, "V-trace c clipping threshold.", "learner")
-    ppo_clip_ratio: float = option(0.1, "PPO clipping: ratios outside [1/(1+x), 1+x] get no "
-                                   "gradient.", "learner")
-    value_clip: Optional[float] = option(None, "Clip value updates around the behaviour values "
-                                         "(PPO-style); None disables.", "learner")
+    ppo_clip_ratio: float = option(
+        0.1, "PPO clipping: ratios outside [1/(1+x), 1+x] get no gradient.", "learner"
+    )
+    value_clip: Optional[float] = option(
+        None,
+        "Clip value updates around the behaviour values (PPO-style); None disables.",
+        "learner",
+    )
     value_loss_coeff: float = option(0.5, "Critic loss coefficient.", "learner")
     entropy_coeff: float = option(0.003, "Entropy bonus coefficient.", "learner")
     normalize_advantages: bool = option(True, "Normalise advantages per minibatch.", "learner")
-    reward_scale: float = option(0.1, "Rewards are multiplied by this before learning (keeps "
-                                 "value targets near unit scale).", "learner")
-    reward_clip: Optional[float] = option(None, "Rewards are clipped to [-x, x] after scaling; "
-                                          "None disables.", "learner")
-    normalize_obs: bool = option(False, "Running normalisation of vector observations (saved "
-                                 "with the model).", "learner")
-    normalize_pixels: bool = option(False, "Running per-pixel mean/std normalisation of uint8 "
-                                    "image observations (saved with the model), as Sample "
-                                    "Factory's normalize_input: static backgrounds become 0.",
-                                    "learner")
-    normalize_returns: bool = option(False, "Running normalisation of value targets: the critic "
-                                     "predicts returns in units of their running mean/std "
-                                     "(saved with the model), so the value loss does not depend "
-                                     "on the reward's scale.", "learner")
+    reward_scale: float = option(
+        0.1,
+        "Rewards are multiplied by this before learning (keeps value targets near unit scale).",
+        "learner",
+    )
+    reward_clip: Optional[float] = option(
+        None, "Rewards are clipped to [-x, x] after scaling; None disables.", "learner"
+    )
+    normalize_obs: bool = option(
+        False, "Running normalisation of vector observations (saved with the model).", "learner"
+    )
+    normalize_pixels: bool = option(
+        False,
+        "Running per-pixel mean/std normalisation of uint8 "
+        "image observations (saved with the model), as Sample "
+        "Factory's normalize_input: static backgrounds become 0.",
+        "learner",
+    )
+    normalize_returns: bool = option(
+        False,
+        "Running normalisation of value targets: the critic "
+        "predicts returns in units of their running mean/std "
+        "(saved with the model), so the value loss does not depend "
+        "on the reward's scale.",
+        "learner",
+    )
 
     # --- model ----------------------------------------------------------------------------------
-    encoder: EncoderName = option("auto", "Observation encoder: mlp, conv_simple (the paper's "
-                                  "3 conv + fc), conv_nature (the DQN Nature network of "
-                                  "CleanRL's and Sample Factory's Atari PPO), or auto by "
-                                  "observation shape (conv_simple for images).", "model")
-    mlp_hidden_sizes: tuple[int, ...] = option((64, 64), "Hidden layer sizes of the MLP "
-                                               "encoder, comma separated.", "model")
+    encoder: EncoderName = option(
+        "auto",
+        "Observation encoder: mlp, conv_simple (the paper's "
+        "3 conv + fc), conv_nature (the DQN Nature network of "
+        "CleanRL's and Sample Factory's Atari PPO), resnet "
+        "(IMPALA's residual network), auto by observation shape "
+        "(conv_simple for images), a name registered with "
+        "sampleforge.models.registry.register_encoder, or "
+        "module:name (imports module, which registers name; see "
+        "docs/custom_model.md).",
+        "model",
+    )
+    mlp_hidden_sizes: tuple[int, ...] = option(
+        (64, 64), "Hidden layer sizes of the MLP encoder, comma separated.", "model"
+    )
     activation: ActivationName = option("tanh", "Activation of hidden layers.", "model")
-    rnn: RnnType = option("none", "Recurrent core: none, gru or lstm (trained by BPTT over the "
-                          "rollout).", "model")
+    rnn: RnnType = option(
+        "none", "Recurrent core: none, gru or lstm (trained by BPTT over the rollout).", "model"
+    )
     rnn_size: int = option(128, "Hidden size of the recurrent core.", "model")
     shared_weights: bool = option(True, "Actor and critic share the encoder and core.", "model")
 
     # --- reliability ----------------------------------------------------------------------------
     env_error_policy: EnvErrorPolicy = option(
-        "restart", "When an env raises or returns non-finite data: restart that env and go on "
-        "(the failed step is never trained on), or fail the run.", "reliability")
-    env_step_timeout_sec: float = option(60.0, "A rollout worker whose envs make no progress for "
-                                         "this long is killed and replaced.", "reliability")
-    max_component_restarts: int = option(10, "Replacements of crashed rollout and inference "
-                                          "workers allowed before the run fails.", "reliability")
+        "restart",
+        "When an env raises or returns non-finite data: restart that env and go on "
+        "(the failed step is never trained on), or fail the run.",
+        "reliability",
+    )
+    env_step_timeout_sec: float = option(
+        60.0,
+        "A rollout worker whose envs make no progress for this long is killed and replaced.",
+        "reliability",
+    )
+    max_component_restarts: int = option(
+        10,
+        "Replacements of crashed rollout and inference workers allowed before the run fails.",
+        "reliability",
+    )
     max_consecutive_skipped_updates: int = option(
-        20, "The run fails after this many SGD steps in a row with a non-finite loss or "
-        "gradient (each one is skipped, leaving the model untouched).", "reliability")
+        20,
+        "The run fails after this many SGD steps in a row with a non-finite loss or "
+        "gradient (each one is skipped, leaving the model untouched).",
+        "reliability",
+    )
 
     # --- evaluation -----------------------------------------------------------------------------
     eval_every_env_steps: Optional[int] = option(
-        None, "Evaluate a frozen copy of the policy every this many env steps, in a separate "
-        "process, and log eval/ metrics; None disables.", "evaluation")
-    eval_episodes: int = option(10, "Episodes per evaluation (also the default of the eval "
-                                "and enjoy commands).", "evaluation")
-    eval_deterministic: bool = option(True, "Evaluate with the most likely action instead of "
-                                      "sampling.", "evaluation")
-    eval_save_best: bool = option(True, "Keep the weights with the best evaluation mean return "
-                                  "in <experiment>/eval/p<policy>/best.pt.", "evaluation")
+        None,
+        "Evaluate a frozen copy of the policy every this many env steps, in a separate "
+        "process, and log eval/ metrics; None disables.",
+        "evaluation",
+    )
+    eval_episodes: int = option(
+        10,
+        "Episodes per evaluation (also the default of the eval and enjoy commands).",
+        "evaluation",
+    )
+    eval_deterministic: bool = option(
+        True, "Evaluate with the most likely action instead of sampling.", "evaluation"
+    )
+    eval_save_best: bool = option(
+        True,
+        "Keep the weights with the best evaluation mean return "
+        "in <experiment>/eval/p<policy>/best.pt.",
+        "evaluation",
+    )
 
     # --- logging and checkpoints ----------------------------------------------------------------
-    report_every_sec: float = option(5.0, "Seconds between console status lines and metric "
-                                     "rows.", "logging")
+    report_every_sec: float = option(
+        5.0, "Seconds between console status lines and metric rows.", "logging"
+    )
     save_every_sec: float = option(120.0, "Seconds between periodic checkpoints.", "logging")
     keep_checkpoints: int = option(3, "Periodic checkpoints kept (plus the best).", "logging")
     tensorboard: bool = option(True, "Write TensorBoard scalars.", "logging")
+    with_wandb: bool = option(
+        False,
+        "Log the same scalars and the config to a Weights & Biases "
+        "run named after the experiment (needs the wandb extra: pip "
+        "install 'sampleforge[wandb]'); a resumed experiment continues "
+        "its run. WANDB_MODE=offline logs without an account.",
+        "logging",
+    )
+    wandb_project: str = option("sampleforge", "W&B project of the run.", "logging")
+    wandb_entity: Optional[str] = option(
+        None, "W&B team or user the run belongs to (None: your default entity).", "logging"
+    )
+    wandb_group: Optional[str] = option(
+        None, "W&B group of the run (e.g. one name for the seeds of one setting).", "logging"
+    )
 
     def replace(self, **changes: Any) -> "Config":
         """A copy with some fields changed (not validated: call `validate_config`)."""

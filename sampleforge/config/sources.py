@@ -25,8 +25,9 @@ SOURCE_NAMES = ("default", "family", "preset", "flag")
 SOURCES_KEY = "sources"  # in config.json, next to the settings
 
 
-def layered_settings(base: Config | None,
-                     overrides: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+def layered_settings(
+    base: Config | None, overrides: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The values to apply on top of `base` (None: the defaults) and the source of every
     setting of the result. The env family applies when the config is new or its env changes,
     and then only to settings that came from the defaults or the old family; the preset only
@@ -79,8 +80,10 @@ def config_sources(cfg: Config) -> Mapping[str, str]:
     if recorded is not None:
         return recorded
     defaults = Config()
-    return {f.name: "default" if getattr(cfg, f.name) == getattr(defaults, f.name) else "flag"
-            for f in config_fields()}
+    return {
+        f.name: "default" if getattr(cfg, f.name) == getattr(defaults, f.name) else "flag"
+        for f in config_fields()
+    }
 
 
 def describe_config(cfg: Config) -> list[str]:
@@ -96,5 +99,11 @@ def describe_config(cfg: Config) -> list[str]:
     return lines
 
 
-__all__ = ["SOURCE_NAMES", "SOURCES_KEY", "attach_sources", "config_sources", "describe_config",
-           "layered_settings"]
+__all__ = [
+    "SOURCE_NAMES",
+    "SOURCES_KEY",
+    "attach_sources",
+    "config_sources",
+    "describe_config",
+    "layered_settings",
+]

@@ -12,7 +12,7 @@ import difflib
 import math
 import types
 import typing
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from sampleforge.config.schema import Config, config_fields
 from sampleforge.config.sources import SOURCES_KEY, attach_sources, layered_settings
@@ -60,8 +60,10 @@ def coerce_value(name: str, value: Any, annotation: Any) -> Any:
     if origin is typing.Literal:
         allowed = typing.get_args(inner)
         if value not in allowed:
-            raise ValueError(f"{name}: {value!r} is not one of {', '.join(map(str, allowed))}"
-                             f"{suggest_name(str(value), map(str, allowed))}")
+            raise ValueError(
+                f"{name}: {value!r} is not one of {', '.join(map(str, allowed))}"
+                f"{suggest_name(str(value), map(str, allowed))}"
+            )
         return value
     if inner is bool:
         return _to_bool(name, value)
@@ -153,15 +155,18 @@ def make_config(base: Config | None = None, **overrides: Any) -> Config:
     overrides, sources = layered_settings(base, overrides)
     base = base or Config()
     types_by_name = _field_types()
-    autos = {f.name: f.metadata.get("auto") for f in config_fields()}
+    autos: dict[str, Callable[[], Any] | None] = {
+        f.name: f.metadata.get("auto") for f in config_fields()
+    }
     problems: list[str] = []
     values: dict[str, Any] = {}
     for name, value in overrides.items():
         if name not in types_by_name:
             problems.append(f"unknown setting '{name}'{suggest_name(name, types_by_name)}")
             continue
-        if value == "auto" and autos.get(name) is not None:
-            values[name] = autos[name]()
+        auto = autos.get(name)
+        if value == "auto" and auto is not None:
+            values[name] = auto()
             continue
         try:
             values[name] = coerce_value(name, value, types_by_name[name])
@@ -185,19 +190,52 @@ def config_from_dict(data: Mapping[str, Any]) -> Config:
     return cfg
 
 
-_POSITIVE_INTS = ("num_workers", "num_envs_per_worker", "worker_num_splits",
-                  "num_inference_workers", "num_policies", "rollout", "batch_size",
-                  "num_batches_per_epoch", "num_epochs", "rnn_size", "keep_checkpoints",
-                  "train_for_env_steps", "max_policy_lag", "max_consecutive_skipped_updates",
-                  "eval_episodes", "snapshot_every_env_steps", "pbt_period_env_steps",
-                  "learner_torch_threads")
-_POSITIVE_FLOATS = ("learning_rate", "adam_eps", "report_every_sec", "save_every_sec",
-                    "reward_scale", "env_step_timeout_sec")
-_UNIT_INTERVAL = ("gamma", "gae_lambda", "adam_beta1", "adam_beta2", "frozen_opponent_prob",
-                  "pbt_mutation_probability")
-_NON_NEGATIVE = ("max_grad_norm", "value_loss_coeff", "entropy_coeff", "ppo_clip_ratio",
-                 "vtrace_rho_bar", "vtrace_c_bar", "num_frozen_opponents",
-                 "pbt_replace_threshold")
+_POSITIVE_INTS = (
+    "num_workers",
+    "num_envs_per_worker",
+    "worker_num_splits",
+    "num_inference_workers",
+    "num_policies",
+    "rollout",
+    "batch_size",
+    "num_batches_per_epoch",
+    "num_epochs",
+    "rnn_size",
+    "keep_checkpoints",
+    "train_for_env_steps",
+    "max_policy_lag",
+    "max_consecutive_skipped_updates",
+    "eval_episodes",
+    "snapshot_every_env_steps",
+    "pbt_period_env_steps",
+    "learner_torch_threads",
+)
+_POSITIVE_FLOATS = (
+    "learning_rate",
+    "adam_eps",
+    "report_every_sec",
+    "save_every_sec",
+    "reward_scale",
+    "env_step_timeout_sec",
+)
+_UNIT_INTERVAL = (
+    "gamma",
+    "gae_lambda",
+    "adam_beta1",
+    "adam_beta2",
+    "frozen_opponent_prob",
+    "pbt_mutation_probability",
+)
+_NON_NEGATIVE = (
+    "max_grad_norm",
+    "value_loss_coeff",
+    "entropy_coeff",
+    "ppo_clip_ratio",
+    "vtrace_rho_bar",
+    "vtrace_c_bar",
+    "num_frozen_opponents",
+    "pbt_replace_threshold",
+)
 
 
 def range_problems(cfg: Config) -> list[str]:
@@ -213,17 +251,20 @@ def range_problems(cfg: Config) -> list[str]:
         if not 0.0 <= getattr(cfg, name) <= 1.0:
             problems.append(f"{name}: {getattr(cfg, name)} must be in [0, 1]")
     if not 0 <= cfg.max_component_restarts <= 100:
-        problems.append(f"max_component_restarts: {cfg.max_component_restarts} must be in "
-                        "[0, 100] (each allowed restart reserves a fresh inbox per worker)")
+        problems.append(
+            f"max_component_restarts: {cfg.max_component_restarts} must be in "
+            "[0, 100] (each allowed restart reserves a fresh inbox per worker)"
+        )
     for name in _NON_NEGATIVE:
         if not getattr(cfg, name) >= 0:
             problems.append(f"{name}: {getattr(cfg, name)} must be >= 0")
     if cfg.sampling_lead_sgd_steps is not None and cfg.sampling_lead_sgd_steps < 0:
-        problems.append(f"sampling_lead_sgd_steps: {cfg.sampling_lead_sgd_steps} must be >= 0 "
-                        "(or none: measured)")
+        problems.append(
+            f"sampling_lead_sgd_steps: {cfg.sampling_lead_sgd_steps} must be >= 0 "
+            "(or none: measured)"
+        )
     if cfg.eval_every_env_steps is not None and cfg.eval_every_env_steps < 1:
-        problems.append(f"eval_every_env_steps: {cfg.eval_every_env_steps} must be >= 1 "
-                        "(or none)")
+        problems.append(f"eval_every_env_steps: {cfg.eval_every_env_steps} must be >= 1 (or none)")
     for name in ("train_for_seconds", "value_clip", "reward_clip"):
         value = getattr(cfg, name)
         if value is not None and not value > 0:
@@ -256,24 +297,30 @@ def cross_field_problems(cfg: Config) -> list[str]:
     """Rules that tie several settings together."""
     problems = []
     if cfg.worker_num_splits >= 1 and cfg.num_envs_per_worker % cfg.worker_num_splits:
-        problems.append(f"num_envs_per_worker ({cfg.num_envs_per_worker}) must be divisible by "
-                        f"worker_num_splits ({cfg.worker_num_splits})")
+        problems.append(
+            f"num_envs_per_worker ({cfg.num_envs_per_worker}) must be divisible by "
+            f"worker_num_splits ({cfg.worker_num_splits})"
+        )
     if cfg.rollout >= 1 and cfg.batch_size % cfg.rollout:
-        problems.append(f"batch_size ({cfg.batch_size}) must be a multiple of rollout "
-                        f"({cfg.rollout}): minibatches hold whole trajectories")
+        problems.append(
+            f"batch_size ({cfg.batch_size}) must be a multiple of rollout "
+            f"({cfg.rollout}): minibatches hold whole trajectories"
+        )
     if cfg.with_pbt and cfg.num_policies < 2:
-        problems.append(f"with_pbt needs a population: num_policies ({cfg.num_policies}) must "
-                        "be >= 2")
+        problems.append(
+            f"with_pbt needs a population: num_policies ({cfg.num_policies}) must be >= 2"
+        )
     problems += _policy_mapping_problems(cfg)
     return problems
 
 
 def _policy_mapping_problems(cfg: Config) -> list[str]:
-    from sampleforge.components.policy_mapping import PolicyMapping, PolicyMappingError
+    from sampleforge.envs.policy_mapping import PolicyMapping, PolicyMappingError
 
     try:
-        PolicyMapping(cfg.policy_mapping, cfg.num_policies, cfg.num_frozen_opponents,
-                      cfg.frozen_opponent_prob)
+        PolicyMapping(
+            cfg.policy_mapping, cfg.num_policies, cfg.num_frozen_opponents, cfg.frozen_opponent_prob
+        )
     except PolicyMappingError as e:
         return [str(e)]
     return []
@@ -284,4 +331,3 @@ def validate_config(cfg: Config) -> None:
     problems = range_problems(cfg) + cross_field_problems(cfg)
     if problems:
         raise ConfigError(problems)
-

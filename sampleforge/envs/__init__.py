@@ -12,8 +12,8 @@ import optional dependencies eagerly.
 
 from sampleforge.envs import atari as _atari  # noqa: F401  (registers the atari_* names)
 from sampleforge.envs import doom as _doom  # noqa: F401  (registers the doom_* names)
-from sampleforge.envs.duel import make_duel, make_duel_vs_bot
 from sampleforge.envs.envpool_env import envpool_spec
+from sampleforge.envs.grid_duel import make_duel, make_duel_vs_bot
 from sampleforge.envs.pettingzoo_env import pettingzoo_spec
 from sampleforge.envs.registry import (
     EnvContext,
@@ -32,10 +32,17 @@ from sampleforge.envs.registry import (
 
 register_env_resolver(pettingzoo_spec)  # "pettingzoo:<module>" names any parallel env
 register_env_resolver(envpool_spec)  # "envpool:<task id>" names any EnvPool task
-register_env("duel", make_duel, multi_agent=True,
-             description="Two-player grid duel (built in, numpy): self-play and PBT")
-register_env("duel_vs_bot", make_duel_vs_bot,
-             description="The duel against a scripted bot of fixed skill: evaluation, baselines")
+register_env(
+    "duel",
+    make_duel,
+    multi_agent=True,
+    description="Two-player grid duel (built in, numpy): self-play and PBT",
+)
+register_env(
+    "duel_vs_bot",
+    make_duel_vs_bot,
+    description="The duel against a scripted bot of fixed skill: evaluation, baselines",
+)
 
 __all__ = [
     "EnvContext",

@@ -83,7 +83,8 @@ class EpisodicLife(gym.Wrapper):
         return obs, info
 
     def _current_lives(self) -> int:
-        return int(self.env.unwrapped.ale.lives())
+        # AtariEnv's own attribute; gymnasium types `unwrapped` as a plain Env.
+        return int(self.env.unwrapped.ale.lives())  # type: ignore[attr-defined]
 
 
 class FireReset(gym.Wrapper):
@@ -91,7 +92,8 @@ class FireReset(gym.Wrapper):
 
     def __init__(self, env: gym.Env) -> None:
         super().__init__(env)
-        self._fire = env.unwrapped.get_action_meanings().index("FIRE")
+        # AtariEnv's own method; gymnasium types `unwrapped` as a plain Env.
+        self._fire = env.unwrapped.get_action_meanings().index("FIRE")  # type: ignore[attr-defined]
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -142,7 +144,8 @@ def make_atari_env(
     )
     if episodic_life:
         env = EpisodicLife(env)
-    if "FIRE" in env.unwrapped.get_action_meanings():
+    # AtariEnv's own method; gymnasium types `unwrapped` as a plain Env.
+    if "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
         env = FireReset(env)
     if clip_rewards:
         env = gym.wrappers.TransformReward(env, _reward_sign)
@@ -150,7 +153,7 @@ def make_atari_env(
 
 
 def _reward_sign(reward: SupportsFloat) -> float:
-    return float(np.sign(reward))
+    return float(np.sign(float(reward)))
 
 
 def _import_atari_dependencies() -> Any:

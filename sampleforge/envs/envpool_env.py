@@ -3,7 +3,7 @@
 Responsibility: the naming convention (``envpool:Breakout-v5``, ``envpool:CartPole-v1``,
 ``envpool:Hopper-v4``: any id of ``envpool.list_all_envs()``), the registry resolver that turns
 such a name into an ``EnvSpec``, the picklable factory that spec carries (it builds a batch of
-``num_envs`` envs for :class:`~sampleforge.components.envpool_split.EnvPoolSplit`, or a one-env
+``num_envs`` envs for :class:`~sampleforge.envs.stepping.envpool_split.EnvPoolSplit`, or a one-env
 ``gymnasium.Env`` view for ``make_env``, ``env_info`` and evaluation), and the bookkeeping of
 true episode returns both of them share.
 
@@ -33,7 +33,7 @@ import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
@@ -183,7 +183,13 @@ def batch_seeds(contexts: Sequence[EnvContext]) -> list[int]:
     if contexts and contexts[0].seed is None:
         state = np.random.SeedSequence().generate_state(len(contexts), dtype=np.uint32)
         return [int(s) % _INT32_SEEDS for s in state]
-    return [int(env_seed(ctx)) % _INT32_SEEDS for ctx in contexts]
+    seeds = []
+    for ctx in contexts:
+        seed = env_seed(ctx)
+        if seed is None:
+            raise ValueError("contexts of one EnvPool batch must all be seeded or all unseeded")
+        seeds.append(seed % _INT32_SEEDS)
+    return seeds
 
 
 def make_envpool_batch(
@@ -332,6 +338,7 @@ class EnvPoolEnv(gym.Env):
         self.action_space = self._pool.action_space
         self._tracker = factory.episode_tracker(1)
         self._env_id = np.zeros(1, dtype=np.int32)
+        assert self.action_space.shape is not None  # EnvPool's action spaces are Box or Discrete
         self._noop = np.zeros((1, *self.action_space.shape), dtype=self.action_space.dtype)
         self._episode_over = False  # the last step ended an episode: EnvPool resets next step
 
@@ -383,7 +390,7 @@ class EnvPoolEpisodeStatistics(EpisodeStatistics):
     unchanged: the view already reports true returns, per game.
     """
 
-    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         return self.env.step(action)
 
     def reset(

@@ -61,8 +61,10 @@ class MultiAgentEnv(ABC):
         """Reward seat `agent` with these coefficients from now on (PBT mutates them)."""
         unknown = set(coefficients) - set(self.reward_shaping_defaults)
         if unknown:
-            raise KeyError(f"unknown reward-shaping coefficients {sorted(unknown)}; "
-                           f"this env has {sorted(self.reward_shaping_defaults)}")
+            raise KeyError(
+                f"unknown reward-shaping coefficients {sorted(unknown)}; "
+                f"this env has {sorted(self.reward_shaping_defaults)}"
+            )
         if not hasattr(self, "_shaping_overrides"):
             self._shaping_overrides: dict[int, dict[str, float]] = {}
         self._shaping_overrides[agent] = dict(coefficients)

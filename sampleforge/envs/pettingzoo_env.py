@@ -316,5 +316,9 @@ def pettingzoo_spec(name: str) -> EnvSpec | None:
     module = pettingzoo_module(name)
     if module is None:
         return None
-    return EnvSpec(name=name, factory=functools.partial(make_pettingzoo_env, module),
-                   description=f"PettingZoo parallel env {module}", multi_agent=True)
+    return EnvSpec(
+        name=name,
+        factory=functools.partial(make_pettingzoo_env, module),
+        description=f"PettingZoo parallel env {module}",
+        multi_agent=True,
+    )

@@ -19,12 +19,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, SupportsFloat
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
 from sampleforge.spaces import check_supported
+
+if TYPE_CHECKING:
+    from sampleforge.envs.multi_agent import MultiAgentEnv
 
 
 class UnknownEnvError(ValueError):
@@ -57,7 +60,8 @@ class EnvSpec:
     """How to build one kind of environment, plus facts the trainer needs about it."""
 
     name: str
-    factory: Callable[[EnvContext], gym.Env]
+    # Returns a `MultiAgentEnv` instead when `multi_agent` is set.
+    factory: Callable[[EnvContext], gym.Env | MultiAgentEnv]
     # Emulator frames per agent step; throughput is reported in frames, as is customary.
     frameskip: int = 1
     reward_threshold: float | None = None
@@ -116,7 +120,7 @@ _MODULE_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 def register_env(
     name: str,
-    factory: Callable[[EnvContext], gym.Env],
+    factory: Callable[[EnvContext], gym.Env | MultiAgentEnv],
     *,
     frameskip: int = 1,
     reward_threshold: float | None = None,

@@ -77,16 +77,23 @@ class EvaluationResult:
 
     def summary(self) -> dict[str, float]:
         """{episodes, mean, std, min, max, mean_length} as plain numbers."""
-        return {"episodes": self.num_episodes, "mean": self.mean_return,
-                "std": self.std_return, "min": self.min_return, "max": self.max_return,
-                "mean_length": self.mean_length}
+        return {
+            "episodes": self.num_episodes,
+            "mean": self.mean_return,
+            "std": self.std_return,
+            "min": self.min_return,
+            "max": self.max_return,
+            "mean_length": self.mean_length,
+        }
 
     @staticmethod
     def from_episodes(results: Iterable[tuple[int, float, int]]) -> "EvaluationResult":
         """From (episode index, return, length) triples in any order."""
         ordered = sorted(results)
-        return EvaluationResult(returns=tuple(float(r) for _, r, _ in ordered),
-                                lengths=tuple(int(n) for _, _, n in ordered))
+        return EvaluationResult(
+            returns=tuple(float(r) for _, r, _ in ordered),
+            lengths=tuple(int(n) for _, _, n in ordered),
+        )
 
 
 class EpisodeRunner:
@@ -96,10 +103,18 @@ class EpisodeRunner:
     episodes one after another): pass `render_mode="rgb_array"` and `num_envs=1` to record them.
     """
 
-    def __init__(self, policy: LocalPolicy, env_spec: EnvSpec, episodes: Sequence[int], *,
-                 seed: int | None = None, deterministic: bool = True,
-                 num_envs: int = DEFAULT_NUM_ENVS, render_mode: str | None = None,
-                 on_frame: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        policy: LocalPolicy,
+        env_spec: EnvSpec,
+        episodes: Sequence[int],
+        *,
+        seed: int | None = None,
+        deterministic: bool = True,
+        num_envs: int = DEFAULT_NUM_ENVS,
+        render_mode: str | None = None,
+        on_frame: Callable[[Any], None] | None = None,
+    ) -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs: {num_envs} must be >= 1")
         self.policy = policy
@@ -108,8 +123,10 @@ class EpisodeRunner:
         self.on_frame = on_frame
         self._pending = deque(episodes)
         count = max(1, min(num_envs, len(self._pending)))
-        self._envs = [make_env(env_spec, EnvContext(env_index=i, render_mode=render_mode))
-                      for i in range(count)]
+        self._envs = [
+            make_env(env_spec, EnvContext(env_index=i, render_mode=render_mode))
+            for i in range(count)
+        ]
         self._episode: list[int | None] = [None] * count
         self._obs: list[Any] = [None] * count
         self._return = [0.0] * count
@@ -139,8 +156,9 @@ class EpisodeRunner:
         if not active:
             return
         index = torch.tensor(active)
-        actions, new_states = self.policy.act([self._obs[i] for i in active],
-                                              self._states[index], self.deterministic)
+        actions, new_states = self.policy.act(
+            [self._obs[i] for i in active], self._states[index], self.deterministic
+        )
         self._states[index] = new_states.to(self._states.dtype)
         for i, action in zip(active, actions):
             self._step_env(i, action)
@@ -171,7 +189,9 @@ class EpisodeRunner:
             return
         if "episode" in info:  # the real episode ended
             record = info["episode"]
-            self.results.append((self._episode[i], float(record["r"]), int(record["l"])))
+            episode = self._episode[i]
+            assert episode is not None  # only envs playing an episode are stepped
+            self.results.append((episode, float(record["r"]), int(record["l"])))
             self._start_next(i)
         else:  # a life ended, the game did not: go on with the same episode
             self._obs[i], _ = env.reset()
@@ -193,9 +213,16 @@ class EpisodeRunner:
             self.on_frame(self._envs[0].render())
 
 
-def run_episodes(policy: LocalPolicy, env_spec: EnvSpec, num_episodes: int, *,
-                 seed: int | None = None, deterministic: bool = True,
-                 num_envs: int = DEFAULT_NUM_ENVS, first_episode: int = 0) -> EvaluationResult:
+def run_episodes(
+    policy: LocalPolicy,
+    env_spec: EnvSpec,
+    num_episodes: int,
+    *,
+    seed: int | None = None,
+    deterministic: bool = True,
+    num_envs: int = DEFAULT_NUM_ENVS,
+    first_episode: int = 0,
+) -> EvaluationResult:
     """Play episodes `first_episode` .. `first_episode + num_episodes - 1` to the end.
 
     With a `seed`, stochastic action sampling is seeded too (torch's global generator is
@@ -207,7 +234,8 @@ def run_episodes(policy: LocalPolicy, env_spec: EnvSpec, num_episodes: int, *,
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
-        with EpisodeRunner(policy, env_spec, episodes, seed=seed, deterministic=deterministic,
-                           num_envs=num_envs) as runner:
+        with EpisodeRunner(
+            policy, env_spec, episodes, seed=seed, deterministic=deterministic, num_envs=num_envs
+        ) as runner:
             runner.run()
             return runner.result()

@@ -17,37 +17,45 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sampleforge.components.model_factory import make_actor_critic
 from sampleforge.config import Config
 from sampleforge.models.actor_critic import ActorCritic
+from sampleforge.models.factory import make_actor_critic
 from sampleforge.spaces import actions_to_env, observation_to_dict
 
 
 class LocalPolicy:
     """A policy network in this process, with the spaces it acts in."""
 
-    def __init__(self, *, model: ActorCritic, observation_space: gym.Space,
-                 action_space: gym.Space) -> None:
+    def __init__(
+        self, *, model: ActorCritic, observation_space: gym.Space, action_space: gym.Space
+    ) -> None:
         self.model = model.eval()
         self.observation_space = observation_space
         self.action_space = action_space
         self.device = next(model.parameters()).device
 
     @classmethod
-    def build(cls, cfg: Config, observation_space: gym.Space, action_space: gym.Space, *,
-              state_dict: Mapping[str, torch.Tensor] | None = None,
-              device: torch.device | str = "cpu") -> "LocalPolicy":
+    def build(
+        cls,
+        cfg: Config,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        state_dict: Mapping[str, torch.Tensor] | None = None,
+        device: torch.device | str = "cpu",
+    ) -> "LocalPolicy":
         """The network `cfg` describes, with `state_dict` loaded if given."""
         model = make_actor_critic(cfg, observation_space, action_space)
         if state_dict is not None:
             model.load_state_dict(state_dict)
-        return cls(model=model.to(device), observation_space=observation_space,
-                   action_space=action_space)
+        return cls(
+            model=model.to(device), observation_space=observation_space, action_space=action_space
+        )
 
     @property
     def rnn_state_size(self) -> int:
         """Size S of one env's recurrent state (0 without a recurrent core)."""
-        return self.model.rnn_state_size
+        return int(self.model.rnn_state_size)
 
     def initial_state(self, batch_size: int) -> torch.Tensor:
         """Zero recurrent states [batch_size, S] for envs starting an episode."""
@@ -58,8 +66,9 @@ class LocalPolicy:
         self.model.load_state_dict(state_dict)
 
     @torch.inference_mode()
-    def act(self, observations: Sequence[Any], rnn_states: torch.Tensor,
-            deterministic: bool = False) -> tuple[list, torch.Tensor]:
+    def act(
+        self, observations: Sequence[Any], rnn_states: torch.Tensor, deterministic: bool = False
+    ) -> tuple[list, torch.Tensor]:
         """Actions for a list of B raw env observations, one forward pass.
 
         rnn_states: [B, S]. Returns (B actions in env format, new states [B, S]).
@@ -70,8 +79,9 @@ class LocalPolicy:
         return actions_to_env(actions, self.action_space), new_states
 
     @torch.inference_mode()
-    def predict(self, observation: Any, state: np.ndarray | None = None,
-                deterministic: bool = False) -> tuple[Any, np.ndarray | None]:
+    def predict(
+        self, observation: Any, state: np.ndarray | None = None, deterministic: bool = False
+    ) -> tuple[Any, np.ndarray | None]:
         """Action(s) for one observation or a batch (leading axis), and the next state.
 
         The batch is recognised by shape: an observation shaped like the observation space is
@@ -93,8 +103,9 @@ class LocalPolicy:
         return np.stack([np.asarray(a) for a in env_actions]), out_state
 
     # --- helpers --------------------------------------------------------------------------------
-    def _forward(self, batch: Mapping[str, np.ndarray], rnn_states: torch.Tensor,
-                 deterministic: bool) -> tuple[np.ndarray, torch.Tensor]:
+    def _forward(
+        self, batch: Mapping[str, np.ndarray], rnn_states: torch.Tensor, deterministic: bool
+    ) -> tuple[np.ndarray, torch.Tensor]:
         obs = {key: torch.as_tensor(value, device=self.device) for key, value in batch.items()}
         out = self.model.act(obs, rnn_states.to(self.device), deterministic=deterministic)
         return out.actions.cpu().numpy(), out.new_rnn_states
@@ -107,8 +118,10 @@ class LocalPolicy:
             batched = _is_batch(np.asarray(observation[first]), space.spaces[first], first)
             if not batched:
                 return False, _add_batch_axis(observation_to_dict(observation, space))
-            return True, {key: _to_dtype(np.asarray(observation[key]), sub)
-                          for key, sub in sorted(space.spaces.items())}
+            return True, {
+                key: _to_dtype(np.asarray(observation[key]), sub)
+                for key, sub in sorted(space.spaces.items())
+            }
         array = np.asarray(observation)
         if not _is_batch(array, space, "observation"):
             return False, _add_batch_axis(observation_to_dict(array, space))
@@ -121,20 +134,25 @@ class LocalPolicy:
         if not batched:
             states = states.unsqueeze(0)
         if tuple(states.shape) != (size, self.rnn_state_size):
-            raise ValueError(f"state has shape {tuple(np.shape(state))}; expected "
-                             f"{(size, self.rnn_state_size) if batched else (self.rnn_state_size,)}"
-                             " (the state predict returned, or None)")
+            raise ValueError(
+                f"state has shape {tuple(np.shape(state))}; expected "
+                f"{(size, self.rnn_state_size) if batched else (self.rnn_state_size,)}"
+                " (the state predict returned, or None)"
+            )
         return states
 
 
 def _is_batch(array: np.ndarray, box: gym.Space, name: str) -> bool:
+    assert box.shape is not None  # supported observation spaces are Box or Dict(Box...)
     shape = tuple(box.shape)
     if array.shape == shape:
         return False
     if array.ndim == len(shape) + 1 and array.shape[1:] == shape:
         return True
-    raise ValueError(f"{name} has shape {array.shape}; expected {shape} (one observation) or "
-                     f"(batch, {', '.join(map(str, shape))}) (a batch)")
+    raise ValueError(
+        f"{name} has shape {array.shape}; expected {shape} (one observation) or "
+        f"(batch, {', '.join(map(str, shape))}) (a batch)"
+    )
 
 
 def _to_dtype(array: np.ndarray, box: gym.Space) -> np.ndarray:

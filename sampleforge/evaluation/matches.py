@@ -30,8 +30,13 @@ class MatchResult:
     losses: float
 
 
-def play_matches(policy: LocalPolicy, env_spec: EnvSpec, matches: int = 100,
-                 seed: int | None = 0, deterministic: bool = True) -> MatchResult:
+def play_matches(
+    policy: LocalPolicy,
+    env_spec: EnvSpec,
+    matches: int = 100,
+    seed: int | None = 0,
+    deterministic: bool = True,
+) -> MatchResult:
     """Play `matches` episodes at once; each must end with `info["win"]`."""
     envs = [make_env(env_spec, EnvContext(env_index=i)) for i in range(matches)]
     try:
@@ -46,13 +51,18 @@ def play_matches(policy: LocalPolicy, env_spec: EnvSpec, matches: int = 100,
                 observations[i], _, terminated, truncated, info = env.step(actions[i])
                 if terminated or truncated:
                     if "win" not in info:
-                        raise ValueError(f"env {env_spec.name!r} does not report info['win'] "
-                                         "at the end of an episode; matches need an outcome")
+                        raise ValueError(
+                            f"env {env_spec.name!r} does not report info['win'] "
+                            "at the end of an episode; matches need an outcome"
+                        )
                     outcomes[i] = float(info["win"])
     finally:
         for env in envs:
             env.close()
     results = np.asarray(outcomes)
-    return MatchResult(matches=matches, wins=float((results == 1.0).mean()),
-                       draws=float((results == 0.5).mean()),
-                       losses=float((results == 0.0).mean()))
+    return MatchResult(
+        matches=matches,
+        wins=float((results == 1.0).mean()),
+        draws=float((results == 0.5).mean()),
+        losses=float((results == 0.0).mean()),
+    )

@@ -32,11 +32,17 @@ from sampleforge.evaluation.local_policy import LocalPolicy
 _process_state: dict = {}
 
 
-def evaluate_in_processes(cfg: Config, env_spec: EnvSpec,
-                          state_dict: Mapping[str, torch.Tensor], *, num_episodes: int,
-                          num_processes: int | None = None, seed: int | None = None,
-                          deterministic: bool = True,
-                          envs_per_process: int = DEFAULT_NUM_ENVS) -> EvaluationResult:
+def evaluate_in_processes(
+    cfg: Config,
+    env_spec: EnvSpec,
+    state_dict: Mapping[str, torch.Tensor],
+    *,
+    num_episodes: int,
+    num_processes: int | None = None,
+    seed: int | None = None,
+    deterministic: bool = True,
+    envs_per_process: int = DEFAULT_NUM_ENVS,
+) -> EvaluationResult:
     """Play `num_episodes` episodes in `num_processes` processes (default: one per core).
 
     `env_spec` is sent to the processes as it is (a factory defined at the top level of a
@@ -50,13 +56,21 @@ def evaluate_in_processes(cfg: Config, env_spec: EnvSpec,
     weights = {k: v.detach().cpu() for k, v in state_dict.items()}
     if processes == 1:
         policy = _build_policy(cfg, env_spec, weights)
-        return run_episodes(policy, env_spec, num_episodes, seed=seed,
-                            deterministic=deterministic, num_envs=envs_per_process)
+        return run_episodes(
+            policy,
+            env_spec,
+            num_episodes,
+            seed=seed,
+            deterministic=deterministic,
+            num_envs=envs_per_process,
+        )
     chunks = [chunk.tolist() for chunk in np.array_split(np.arange(num_episodes), processes)]
     context = multiprocessing.get_context("spawn")
-    with context.Pool(processes, initializer=_init_process,
-                      initargs=(cfg, env_spec, weights, seed, deterministic,
-                                envs_per_process)) as pool:
+    with context.Pool(
+        processes,
+        initializer=_init_process,
+        initargs=(cfg, env_spec, weights, seed, deterministic, envs_per_process),
+    ) as pool:
         parts = pool.map(_play, chunks, chunksize=1)
     return EvaluationResult.from_episodes(triple for part in parts for triple in part)
 
@@ -64,17 +78,27 @@ def evaluate_in_processes(cfg: Config, env_spec: EnvSpec,
 def _build_policy(cfg: Config, env_spec: EnvSpec, weights: dict) -> LocalPolicy:
     env = make_env(env_spec)  # the spec, not the name: it may not be registered here
     try:
-        return LocalPolicy.build(cfg, env.observation_space, env.action_space,
-                                 state_dict=weights)
+        return LocalPolicy.build(cfg, env.observation_space, env.action_space, state_dict=weights)
     finally:
         env.close()
 
 
-def _init_process(cfg: Config, env_spec: EnvSpec, weights: dict, seed: int | None,
-                  deterministic: bool, envs_per_process: int) -> None:
+def _init_process(
+    cfg: Config,
+    env_spec: EnvSpec,
+    weights: dict,
+    seed: int | None,
+    deterministic: bool,
+    envs_per_process: int,
+) -> None:
     torch.set_num_threads(1)  # the pool has one process per core already
-    _process_state.update(policy=_build_policy(cfg, env_spec, weights), env_spec=env_spec,
-                          seed=seed, deterministic=deterministic, num_envs=envs_per_process)
+    _process_state.update(
+        policy=_build_policy(cfg, env_spec, weights),
+        env_spec=env_spec,
+        seed=seed,
+        deterministic=deterministic,
+        num_envs=envs_per_process,
+    )
 
 
 def _play(episodes: list[int]) -> list[tuple[int, float, int]]:
@@ -82,8 +106,13 @@ def _play(episodes: list[int]) -> list[tuple[int, float, int]]:
     if state["seed"] is not None:
         # Stochastic sampling differs per chunk, repeatably.
         torch.manual_seed(state["seed"] + 7919 * (episodes[0] + 1))
-    with EpisodeRunner(state["policy"], state["env_spec"], episodes, seed=state["seed"],
-                       deterministic=state["deterministic"],
-                       num_envs=state["num_envs"]) as runner:
+    with EpisodeRunner(
+        state["policy"],
+        state["env_spec"],
+        episodes,
+        seed=state["seed"],
+        deterministic=state["deterministic"],
+        num_envs=state["num_envs"],
+    ) as runner:
         runner.run()
         return list(runner.results)

@@ -54,23 +54,25 @@ def read_experiment_config(experiment_dir: Path | str) -> Config:
     """The `Config` saved in an experiment folder's ``config.json``."""
     path = Path(experiment_dir) / CONFIG_NAME
     if not path.is_file():
-        raise PolicyFileError(f"{experiment_dir} is not an experiment folder: it has no "
-                              f"{CONFIG_NAME} (pass --train_dir and --experiment of a trained "
-                              "run, or a folder written by training)")
+        raise PolicyFileError(
+            f"{experiment_dir} is not an experiment folder: it has no "
+            f"{CONFIG_NAME} (pass --train_dir and --experiment of a trained "
+            "run, or a folder written by training)"
+        )
     try:
         return config_from_dict(json.loads(path.read_text()))
     except (ValueError, ConfigError) as err:
         raise PolicyFileError(f"cannot read {path}: {err}") from None
 
 
-def find_checkpoint(experiment_dir: Path | str, which: str = "latest",
-                    policy_id: int = 0) -> Path:
+def find_checkpoint(experiment_dir: Path | str, which: str = "latest", policy_id: int = 0) -> Path:
     """The file of checkpoint `which` (latest, best, best_eval, or a path) of a policy."""
     if which not in CHECKPOINT_CHOICES:
         path = Path(which)
         if not path.is_file():
-            raise PolicyFileError(f"checkpoint {which!r} is neither a file nor one of "
-                                  f"{', '.join(CHECKPOINT_CHOICES)}")
+            raise PolicyFileError(
+                f"checkpoint {which!r} is neither a file nor one of {', '.join(CHECKPOINT_CHOICES)}"
+            )
         return path
     folder = policy_checkpoint_dir(Path(experiment_dir), policy_id)
     if which == "latest":
@@ -80,10 +82,14 @@ def find_checkpoint(experiment_dir: Path | str, which: str = "latest",
     else:
         found = Path(experiment_dir) / "eval" / f"p{policy_id}" / "best.pt"
     if found is None or not found.is_file():
-        hint = (" (it is written by evaluation during training: --eval_every_env_steps)"
-                if which == "best_eval" else "")
-        raise PolicyFileError(f"no {which} checkpoint of policy {policy_id} in "
-                              f"{experiment_dir}{hint}")
+        hint = (
+            " (it is written by evaluation during training: --eval_every_env_steps)"
+            if which == "best_eval"
+            else ""
+        )
+        raise PolicyFileError(
+            f"no {which} checkpoint of policy {policy_id} in {experiment_dir}{hint}"
+        )
     return found
 
 
@@ -106,25 +112,36 @@ def load_saved_policy(path: Path | str, checkpoint: str = "latest") -> SavedPoli
         return SavedPolicy(cfg=cfg, state_dicts=state_dicts, env_steps=env_steps, source=path)
     state = _load_state(path)
     if state.get("format") != MODEL_FILE_FORMAT:
-        raise PolicyFileError(f"{path} is not a model file written by save() (a checkpoint "
-                              "holds no config: pass its experiment folder instead)")
+        raise PolicyFileError(
+            f"{path} is not a model file written by save() (a checkpoint "
+            "holds no config: pass its experiment folder instead)"
+        )
     try:
         cfg = config_from_dict(state["config"])
     except ConfigError as err:
         raise PolicyFileError(f"the config in {path} is not valid here: {err}") from None
-    return SavedPolicy(cfg=cfg, state_dicts=dict(state["policies"]),
-                       env_steps=int(state["env_steps"]), source=path)
+    return SavedPolicy(
+        cfg=cfg, state_dicts=dict(state["policies"]), env_steps=int(state["env_steps"]), source=path
+    )
 
 
-def save_model_file(path: Path | str, cfg: Config,
-                    state_dicts: Mapping[int, Mapping[str, torch.Tensor]],
-                    env_steps: int) -> Path:
+def save_model_file(
+    path: Path | str,
+    cfg: Config,
+    state_dicts: Mapping[int, Mapping[str, torch.Tensor]],
+    env_steps: int,
+) -> Path:
     """Write config and weights to one file, atomically (a crash leaves the old file or none)."""
     path = Path(path)
-    payload = {"format": MODEL_FILE_FORMAT, "format_version": MODEL_FILE_VERSION,
-               "config": config_to_dict(cfg), "env_steps": int(env_steps),
-               "policies": {int(p): {k: v.detach().cpu() for k, v in sd.items()}
-                            for p, sd in state_dicts.items()}}
+    payload = {
+        "format": MODEL_FILE_FORMAT,
+        "format_version": MODEL_FILE_VERSION,
+        "config": config_to_dict(cfg),
+        "env_steps": int(env_steps),
+        "policies": {
+            int(p): {k: v.detach().cpu() for k, v in sd.items()} for p, sd in state_dicts.items()
+        },
+    }
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,8 +165,9 @@ def _weights_in(state: Mapping[str, Any], path: Path, policy_id: int) -> dict[st
         if policy_id not in policies:
             raise PolicyFileError(f"{path} holds policies {sorted(policies)}, not {policy_id}")
         return policies[policy_id]
-    raise PolicyFileError(f"{path} is not a sampleforge checkpoint or model file (no 'model' "
-                          "weights)")
+    raise PolicyFileError(
+        f"{path} is not a sampleforge checkpoint or model file (no 'model' weights)"
+    )
 
 
 def _load_state(path: Path) -> dict[str, Any]:
@@ -168,6 +186,8 @@ def _load_state(path: Path) -> dict[str, Any]:
     if not isinstance(state, dict):
         raise PolicyFileError(f"{path} is not a sampleforge checkpoint or model file")
     if state.get("format") == MODEL_FILE_FORMAT and state["format_version"] > MODEL_FILE_VERSION:
-        raise PolicyFileError(f"{path} has model format_version {state['format_version']}, "
-                              f"newer than supported ({MODEL_FILE_VERSION}); upgrade sampleforge")
+        raise PolicyFileError(
+            f"{path} has model format_version {state['format_version']}, "
+            f"newer than supported ({MODEL_FILE_VERSION}); upgrade sampleforge"
+        )
     return state

@@ -36,9 +36,11 @@ class VideoRecorder:
     def add(self, frame: np.ndarray | None) -> None:
         """Encode one rendered frame (None, from an env that cannot render, is an error)."""
         if frame is None:
-            raise ValueError("the env rendered no frame: it must be built with "
-                             "render_mode='rgb_array' (its factory must pass "
-                             "context.render_mode on)")
+            raise ValueError(
+                "the env rendered no frame: it must be built with "
+                "render_mode='rgb_array' (its factory must pass "
+                "context.render_mode on)"
+            )
         array = np.asarray(frame)
         if array.ndim != 3 or array.shape[2] != 3:
             raise ValueError(f"frame has shape {array.shape}; expected (height, width, 3) RGB")
@@ -63,12 +65,20 @@ class VideoRecorder:
         try:
             import imageio.v2 as imageio
         except ImportError as err:
-            raise ImportError("writing videos needs imageio and imageio-ffmpeg: pip install "
-                              "'sampleforge[eval]'") from err
+            raise ImportError(
+                "writing videos needs imageio and imageio-ffmpeg: pip install 'sampleforge[eval]'"
+            ) from err
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        return imageio.get_writer(self.path, format="FFMPEG", mode="I", fps=self.fps,
-                                  codec="libx264", quality=7, macro_block_size=1,
-                                  ffmpeg_log_level="error")
+        return imageio.get_writer(
+            self.path,
+            format="FFMPEG",
+            mode="I",
+            fps=self.fps,
+            codec="libx264",
+            quality=7,
+            macro_block_size=1,
+            ffmpeg_log_level="error",
+        )
 
 
 def _pad_to_macro_block(frame: np.ndarray) -> np.ndarray:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, cast
 
 import torch
 from torch import nn
@@ -30,6 +31,14 @@ from sampleforge.models.action_heads import GaussianActionHead
 from sampleforge.models.actor_critic import ActorCritic
 
 DEFAULT_OPSET = 17
+
+
+class _Core(Protocol):
+    """What `PolicyStep` uses of a recurrent core (``models.cores``; typed there as a Module)."""
+
+    state_size: int
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -65,13 +74,15 @@ class PolicyStep(nn.Module):
         obs = model.normalize_observations(dict(zip(self.obs_keys, inputs)))
         batch = inputs[0].shape[0]
         state = inputs[-1] if self.recurrent else torch.zeros(batch, 0)
-        actor_size = model.actor_core.state_size
-        features, new_state = model.actor_core.step(model.actor_encoder(obs),
-                                                    state[:, :actor_size])
+        actor_core = cast(_Core, model.actor_core)
+        actor_size = actor_core.state_size
+        features, new_state = actor_core.step(model.actor_encoder(obs), state[:, :actor_size])
         critic_features = features
         if model.critic_core is not None:
-            critic_features, critic_state = model.critic_core.step(
-                model.critic_encoder(obs), state[:, actor_size:])
+            assert model.critic_encoder is not None  # built together with critic_core
+            critic_features, critic_state = cast(_Core, model.critic_core).step(
+                model.critic_encoder(obs), state[:, actor_size:]
+            )
             new_state = torch.cat([new_state, critic_state], dim=1)
         dist = model.action_head(features)
         params = dist.mean if self.continuous else torch.cat(dist.logits, dim=-1)
@@ -81,15 +92,18 @@ class PolicyStep(nn.Module):
 
 def example_inputs(model: ActorCritic, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
     """Zero inputs of the right shapes and dtypes for `PolicyStep(model)`."""
-    inputs = [torch.zeros(batch_size, *spec.shape, dtype=spec.dtype)
-              for spec in model.obs_specs.values()]
-    if model.rnn_state_size:
-        inputs.append(torch.zeros(batch_size, model.rnn_state_size))
+    inputs = [
+        torch.zeros(batch_size, *spec.shape, dtype=spec.dtype) for spec in model.obs_specs.values()
+    ]
+    state_size = int(model.rnn_state_size)
+    if state_size:
+        inputs.append(torch.zeros(batch_size, state_size))
     return tuple(inputs)
 
 
-def export_onnx(model: ActorCritic, path: Path | str, *,
-                opset_version: int = DEFAULT_OPSET) -> OnnxExport:
+def export_onnx(
+    model: ActorCritic, path: Path | str, *, opset_version: int = DEFAULT_OPSET
+) -> OnnxExport:
     """Write `model`'s acting step to `path` as ONNX (see the module docstring for the I/O)."""
     step = PolicyStep(model.cpu().eval()).eval()
     path = Path(path)
@@ -102,9 +116,14 @@ def export_onnx(model: ActorCritic, path: Path | str, *,
         # Its GRU/LSTM batch-size warning is about initial states that are constants: here
         # they are the rnn_state input.
         warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
-        torch.onnx.export(step, example_inputs(model), str(path), dynamo=False,
-                          input_names=list(step.input_names),
-                          output_names=list(step.output_names),
-                          dynamic_axes={name: {0: "batch"} for name in names},
-                          opset_version=opset_version)
+        torch.onnx.export(
+            step,
+            example_inputs(model),
+            str(path),
+            dynamo=False,
+            input_names=list(step.input_names),
+            output_names=list(step.output_names),
+            dynamic_axes={name: {0: "batch"} for name in names},
+            opset_version=opset_version,
+        )
     return OnnxExport(path=path, input_names=step.input_names, output_names=step.output_names)

@@ -16,7 +16,7 @@ Recurrent state layout: one flat float tensor per env, ``[B, rnn_state_size]``. 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import gymnasium as gym
 import torch
@@ -24,8 +24,8 @@ from torch import nn
 
 from sampleforge import spaces
 from sampleforge.models.action_heads import make_action_head
-from sampleforge.models.cores import make_core
-from sampleforge.models.encoders import make_encoder
+from sampleforge.models.cores import Core, make_core
+from sampleforge.models.encoders import Encoder, make_encoder
 from sampleforge.models.normalizer import RunningMeanStd
 
 VALUE_HEAD_GAIN = 1.0
@@ -97,13 +97,13 @@ class ActorCritic(nn.Module):
         self.normalize_returns = bool(normalize_returns)
         self.normalize_pixels = bool(normalize_pixels)
 
-        def build_encoder() -> nn.Module:
+        def build_encoder() -> Encoder:
             return make_encoder(self.obs_specs, encoder, mlp_hidden_sizes, activation)
 
         self.actor_encoder = build_encoder()
         self.actor_core = make_core(rnn_type, self.actor_encoder.out_size, rnn_size)
-        self.critic_encoder: nn.Module | None = None
-        self.critic_core: nn.Module | None = None
+        self.critic_encoder: Encoder | None = None
+        self.critic_core: Core | None = None
         if not self.shared_weights:
             self.critic_encoder = build_encoder()
             self.critic_core = make_core(rnn_type, self.critic_encoder.out_size, rnn_size)
@@ -123,7 +123,7 @@ class ActorCritic(nn.Module):
         self.obs_normalizers = nn.ModuleList()
         for key, spec in self.obs_specs.items():
             is_pixels = spec.dtype == torch.uint8
-            if (self.normalize_pixels if is_pixels else self.normalize_obs):
+            if self.normalize_pixels if is_pixels else self.normalize_obs:
                 self.normalized_keys.append(key)
                 self.obs_normalizers.append(RunningMeanStd(spec.shape))
         # The value head predicts (V - mean) / std of these statistics; the learner updates them
@@ -141,9 +141,12 @@ class ActorCritic(nn.Module):
         normalize_pixels.
         """
         out = dict(obs)
-        for key, rms in zip(self.normalized_keys, self.obs_normalizers):
+        for key, rms in zip(self.normalized_keys, self._normalizers()):
             out[key] = rms.normalize(obs[key])
         return out
+
+    def _normalizers(self) -> list[RunningMeanStd]:
+        return [cast(RunningMeanStd, rms) for rms in self.obs_normalizers]
 
     @torch.no_grad()
     def update_normalizer(self, obs: ObsDict) -> None:
@@ -152,7 +155,7 @@ class ActorCritic(nn.Module):
         Pixel keys merge at most PIXEL_STATISTICS_SAMPLES evenly spaced rows: a whole Atari
         dataset as floats is 115 MB, and running statistics need no more.
         """
-        for key, rms in zip(self.normalized_keys, self.obs_normalizers):
+        for key, rms in zip(self.normalized_keys, self._normalizers()):
             x = obs[key]
             if x.dtype == torch.uint8 and x.shape[0] > PIXEL_STATISTICS_SAMPLES:
                 x = x[:: -(-x.shape[0] // PIXEL_STATISTICS_SAMPLES)]
@@ -192,7 +195,7 @@ class ActorCritic(nn.Module):
         obs = self.normalize_observations(obs)
         actor_state, critic_state = self._split_state(rnn_states)
         actor_features, new_actor_state = self.actor_core.step(self.actor_encoder(obs), actor_state)
-        if self.critic_core is None:
+        if self.critic_encoder is None or self.critic_core is None:  # shared weights
             critic_features, new_states = actor_features, new_actor_state
         else:
             critic_features, new_critic_state = self.critic_core.step(
@@ -211,8 +214,8 @@ class ActorCritic(nn.Module):
 
     def _run_sequence(
         self,
-        encoder: nn.Module,
-        core: nn.Module,
+        encoder: Encoder,
+        core: Core,
         flat_obs: ObsDict,
         state0: torch.Tensor,
         episode_starts: torch.Tensor,
@@ -246,7 +249,7 @@ class ActorCritic(nn.Module):
         actor_features = self._run_sequence(
             self.actor_encoder, self.actor_core, flat_obs, actor_state, episode_starts
         )
-        if self.critic_core is None:
+        if self.critic_encoder is None or self.critic_core is None:  # shared weights
             critic_features = actor_features
         else:
             critic_features = self._run_sequence(

@@ -22,7 +22,24 @@ from torch import nn
 RNN_TYPES = ("none", "gru", "lstm")
 
 
-class IdentityCore(nn.Module):
+class Core(nn.Module):
+    """What every core offers: ``out_size`` features per step and a flat ``[B, state_size]``
+    state, stepped once (``step``) or over a [T, B] sequence with episode starts
+    (``sequence``)."""
+
+    out_size: int
+    state_size: int
+
+    def step(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def sequence(
+        self, x: torch.Tensor, state0: torch.Tensor, episode_starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+
+class IdentityCore(Core):
     """No memory: out = x, state is an empty [B, 0] tensor passed through unchanged."""
 
     def __init__(self, in_size: int) -> None:
@@ -51,7 +68,7 @@ def _reset_boundaries(episode_starts: torch.Tensor) -> list[int]:
     return (torch.nonzero(inner).flatten() + 1).tolist()
 
 
-class _RnnCore(nn.Module):
+class _RnnCore(Core):
     """Shared logic for torch.nn.GRU / torch.nn.LSTM cores with a flat [B, S] state."""
 
     rnn: nn.RNNBase
@@ -142,7 +159,7 @@ class LstmCore(_RnnCore):
         return torch.cat([h.squeeze(0), c.squeeze(0)], dim=1)
 
 
-def make_core(rnn_type: str, in_size: int, rnn_size: int = 128) -> nn.Module:
+def make_core(rnn_type: str, in_size: int, rnn_size: int = 128) -> Core:
     """Build a core by type ("none", "gru", "lstm"). The result has ``out_size``,
     ``state_size``, ``step`` and ``sequence``."""
     if rnn_type == "none":

@@ -1,8 +1,9 @@
 """Observation encoders: turn a dict of observation tensors into one feature vector per sample.
 
-Responsible for: the MLP encoder for vector observations, the Sample Factory "simplified" conv
-encoder for images, the multi-input encoder for Dict observations, and ``make_encoder`` which
-picks among them from the observation specs.
+Responsible for: the MLP encoder for vector observations, the Sample Factory "simplified" and
+DQN Nature conv encoders and IMPALA's residual network for images, the multi-input encoder for
+Dict observations, registering them as the built-in encoders (``registry.py``), and
+``make_encoder``, which builds any registered encoder by name.
 
 Must not: normalise observations (that is ``RunningMeanStd``'s job, applied by the
 actor-critic), hold recurrent state, produce actions/values, or move data between devices
@@ -14,29 +15,41 @@ Image rules (``is_image_spec`` / ``image_layout``):
     is larger than the last one, in which case it is channels-last ``[H, W, C]`` and the conv
     encoder permutes it inside ``forward``;
   * uint8 pixels stay uint8 until ``forward``, where they are converted to float and divided by
-    255 on whatever device the input lives on (so host->device copies move 1 byte/pixel).
+    255 on whatever device the input lives on (so host->device copies move 1 byte/pixel);
+    float images (``normalize_pixels``: the actor-critic has already normalised them) are used
+    as they are.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import torch
 from torch import nn
 
+from sampleforge.models.registry import EncoderSettings, _register, build_encoder
 from sampleforge.spaces import TensorSpec
 
-ENCODER_NAMES = ("auto", "mlp", "conv_simple", "conv_nature")
+# The built-in encoders, registered at the end of this module.
+ENCODER_NAMES = ("auto", "mlp", "conv_simple", "conv_nature", "resnet")
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"elu": nn.ELU, "relu": nn.ReLU, "tanh": nn.Tanh}
 _HIDDEN_GAIN = math.sqrt(2.0)
 
 # (out_channels, kernel, stride) of each conv encoder: Sample Factory's "simplified" one (the
 # paper's), and the DQN Nature network (Mnih et al. 2015), which CleanRL's ppo_atari and Sample
 # Factory's Atari example use: its last layer keeps 7x7 of an 84x84 frame instead of 4x4.
-_CONV_LAYERS = {"conv_simple": ((32, 8, 4), (64, 4, 2), (128, 3, 2)),
-                "conv_nature": ((32, 8, 4), (64, 4, 2), (64, 3, 1))}
+_CONV_LAYERS = {
+    "conv_simple": ((32, 8, 4), (64, 4, 2), (128, 3, 2)),
+    "conv_nature": ((32, 8, 4), (64, 4, 2), (64, 3, 1)),
+}
 _CONV_FC_SIZE = 512
+# IMPALA's "large" network (Espeholt et al. 2018, section 4 and figure 3): the output channels
+# of its three stages, and the size of the linear layer after them.
+_RESNET_CHANNELS = (16, 32, 32)
+_RESNET_FC_SIZE = 256
 # Largest float input a conv pass takes at once. Every activation of a chunk then stays under
 # glibc's mmap threshold (32 MB at most), so freed activations are reused from the heap. A whole
 # Atari batch of 1,024 (115 MB as floats) would be mapped, page-faulted and unmapped at every SGD
@@ -55,7 +68,7 @@ def make_activation(name: str) -> nn.Module:
         ) from None
 
 
-def _orthogonal_init(layer: nn.Module, gain: float) -> None:
+def _orthogonal_init(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
     # Orthogonal weights keep activations well-scaled at init; zero bias avoids an initial skew.
     nn.init.orthogonal_(layer.weight, gain=gain)
     if layer.bias is not None:
@@ -80,7 +93,14 @@ def image_layout(shape: Sequence[int]) -> str:
     return "CHW"
 
 
-class MlpEncoder(nn.Module):
+class Encoder(nn.Module):
+    """What every encoder offers: forward(observations) -> features [B, out_size]. A user's
+    registered module need not subclass it, only have an int ``out_size`` (the registry checks)."""
+
+    out_size: int
+
+
+class MlpEncoder(Encoder):
     """Fully connected encoder. forward(x: [B, *dims]) -> [B, out_size] (inputs flattened)."""
 
     def __init__(
@@ -107,7 +127,7 @@ def _conv_out(size: int, kernel: int, stride: int) -> int:
     return (size - kernel) // stride + 1
 
 
-class ConvEncoder(nn.Module):
+class ConvEncoder(Encoder):
     """Three conv layers -> flatten -> fc 512, an activation after every layer.
 
     ``conv_simple`` (Sample Factory's "simplified"): 8x8/4 (32) -> 4x4/2 (64) -> 3x3/2 (128).
@@ -156,24 +176,119 @@ class ConvEncoder(nn.Module):
         return torch.cat([self._encode(chunk) for chunk in x.split(self.chunk_size)])
 
     def _encode(self, x: torch.Tensor) -> torch.Tensor:
-        if self.channels_last:
-            x = x.permute(0, 3, 1, 2)
-        if x.dtype == torch.uint8:
-            # Scale here, on the input's device, so transfers stay at 1 byte per pixel.
-            x = x.float().mul_(1.0 / 255.0)
-        else:
-            x = x.float()
-        return self.fc(self.convs(x).flatten(1))
+        # Scaled here, on the input's device, so transfers stay at 1 byte per pixel.
+        return self.fc(self.convs(_to_float_chw(x, self.channels_last)).flatten(1))
 
 
 def _flat_size(shape: Sequence[int]) -> int:
     return int(math.prod(shape))
 
 
-class SingleInputEncoder(nn.Module):
+def _image_size(obs_shape: tuple[int, ...]) -> tuple[bool, int, int, int]:
+    """(channels_last, channels, height, width) of a 3-D image shape (see image_layout)."""
+    if image_layout(obs_shape) == "HWC":
+        height, width, channels = obs_shape
+        return True, channels, height, width
+    channels, height, width = obs_shape
+    return False, channels, height, width
+
+
+def _to_float_chw(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """Images [B, *obs_shape] -> float [B, C, H, W]; uint8 is scaled to [0, 1] on x's device,
+    float (already normalised pixels) is used as it is."""
+    if channels_last:
+        x = x.permute(0, 3, 1, 2)
+    if x.dtype == torch.uint8:
+        return x.float().mul_(1.0 / 255.0)
+    return x.float()
+
+
+class ResidualBlock(nn.Module):
+    """x + conv3x3(relu(conv3x3(relu(x)))): channels and size are kept."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv0 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+        self.conv1 = nn.Conv2d(channels, channels, kernel_size=3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Not in place: x is still needed for the skip connection.
+        return x + self.conv1(torch.relu(self.conv0(torch.relu(x))))
+
+
+class ResnetStage(nn.Module):
+    """conv3x3 -> max pool 3x3 stride 2 -> two residual blocks. Halves height and width
+    (rounding up, as the paper's "same" padding does): 84 -> 42 -> 21 -> 11."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=3, padding=1)
+        self.pool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.blocks = nn.Sequential(ResidualBlock(out_channels), ResidualBlock(out_channels))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(self.pool(self.conv(x)))
+
+
+class ResnetEncoder(Encoder):
+    """IMPALA's residual network ("large" architecture, Espeholt et al. 2018, figure 3).
+
+    Three stages of 16, 32 and 32 channels (``ResnetStage``), then ReLU -> flatten -> linear
+    256 -> ReLU: 15 layers deep, 1.09M parameters on 84x84x4 frames. ReLU throughout, as in the
+    paper (the ``activation`` setting does not apply). The convolutions keep PyTorch's default
+    initialisation (so each residual branch starts small); the linear layer is orthogonal, as
+    in the other encoders. obs_shape is the 3-D observation shape (CHW or HWC, see
+    ``image_layout``). forward(x: [B, *obs_shape]) -> [B, 256]; uint8 input is scaled to
+    [0, 1], float input is used as it is.
+    """
+
+    def __init__(
+        self,
+        obs_shape: Sequence[int],
+        channels: Sequence[int] = _RESNET_CHANNELS,
+        fc_size: int = _RESNET_FC_SIZE,
+    ) -> None:
+        super().__init__()
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.channels_last, in_channels, height, width = _image_size(self.obs_shape)
+        stages = []
+        largest = 0  # floats per sample of the largest activation
+        for out_channels in channels:
+            stages.append(ResnetStage(in_channels, int(out_channels)))
+            largest = max(largest, int(out_channels) * height * width)
+            in_channels = int(out_channels)
+            height, width = (height + 1) // 2, (width + 1) // 2
+        self.stages = nn.Sequential(*stages)
+        fc = nn.Linear(in_channels * height * width, int(fc_size))
+        _orthogonal_init(fc, _HIDDEN_GAIN)
+        self.fc = fc
+        self.out_size = int(fc_size)
+        # On the CPU, batches run in chunks whose activations each stay under the same bound
+        # as the conv encoders' (see _CONV_CHUNK_BYTES): here the largest activation is the
+        # first stage's, four times the input's size on 4-channel frames.
+        self.chunk_size = max(1, _CONV_CHUNK_BYTES // (4 * largest))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.device.type != "cpu" or x.shape[0] <= self.chunk_size:
+            return self._encode(x)
+        return torch.cat([self._encode(chunk) for chunk in x.split(self.chunk_size)])
+
+    def _encode(self, x: torch.Tensor) -> torch.Tensor:
+        features = torch.relu(self.stages(_to_float_chw(x, self.channels_last)))
+        return torch.relu(self.fc(features.flatten(1)))
+
+
+def _image_encoder(obs_shape: Sequence[int], activation: str, architecture: str) -> Encoder:
+    """The image encoder of one 3-D observation: conv_simple, conv_nature or resnet."""
+    if architecture == "resnet":
+        return ResnetEncoder(obs_shape)
+    return ConvEncoder(obs_shape, activation, architecture=architecture)
+
+
+class SingleInputEncoder(Encoder):
     """Adapts a tensor encoder to the dict interface: forward(obs dict) -> encoder(obs[key])."""
 
-    def __init__(self, key: str, encoder: nn.Module) -> None:
+    def __init__(self, key: str, encoder: Encoder) -> None:
         super().__init__()
         self.key = key
         self.encoder = encoder
@@ -183,10 +298,11 @@ class SingleInputEncoder(nn.Module):
         return self.encoder(obs[self.key])
 
 
-class MultiInputEncoder(nn.Module):
+class MultiInputEncoder(Encoder):
     """Encoder for Dict observations.
 
-    Each image-like key (see ``is_image_spec``) gets its own ``ConvEncoder``; all other keys are
+    Each image-like key (see ``is_image_spec``) gets its own image encoder (``conv``:
+    conv_simple, conv_nature or resnet); all other keys are
     flattened, concatenated and fed to one ``MlpEncoder``. Their outputs are concatenated and
     passed through a linear layer + activation.
     forward(obs: {key: [B, ...]}) -> [B, out_size]. ``out_size`` defaults to 512 when there is an
@@ -208,17 +324,16 @@ class MultiInputEncoder(nn.Module):
         self.vector_keys = [k for k in keys if k not in self.image_keys]
         # A ModuleList aligned with image_keys (not a ModuleDict) so keys containing "." work.
         self.convs = nn.ModuleList(
-            [ConvEncoder(obs_specs[k].shape, activation, architecture=conv)
-             for k in self.image_keys]
+            [_image_encoder(obs_specs[k].shape, activation, conv) for k in self.image_keys]
         )
-        concat_size = sum(conv.out_size for conv in self.convs)
+        concat_size = sum(int(cast(Encoder, conv).out_size) for conv in self.convs)
         self.mlp: MlpEncoder | None = None
         if self.vector_keys:
             in_dim = sum(_flat_size(obs_specs[k].shape) for k in self.vector_keys)
             self.mlp = MlpEncoder(in_dim, mlp_hidden_sizes, activation)
             concat_size += self.mlp.out_size
         if out_size is None:
-            out_size = _CONV_FC_SIZE if self.image_keys else self.mlp.out_size
+            out_size = _CONV_FC_SIZE if self.image_keys or self.mlp is None else self.mlp.out_size
         linear = nn.Linear(concat_size, int(out_size))
         _orthogonal_init(linear, _HIDDEN_GAIN)
         self.head = nn.Sequential(linear, make_activation(activation))
@@ -237,28 +352,54 @@ def make_encoder(
     encoder: str = "auto",
     mlp_hidden_sizes: Sequence[int] = (64, 64),
     activation: str = "elu",
-) -> nn.Module:
-    """Build the encoder for these observation specs.
+) -> Encoder:
+    """Build the encoder ``encoder`` (any registered name, or module:name; see
+    ``registry.py``) for these observation specs.
 
     Returns a module with ``out_size`` whose forward takes the observation dict
-    ``{key: [B, ...]}`` and returns features [B, out_size].
-    encoder: "auto" (conv for one 3-D uint8 image, MLP for one vector, multi-input for several
-    keys; the conv is conv_simple), "mlp" (everything flattened through an MLP), "conv_simple"
-    or "conv_nature" (that conv encoder; the observation must be 3-D; with several keys, conv
-    for image keys and MLP for the rest).
+    ``{key: [B, ...]}`` and returns features [B, out_size]. Raises UnknownEncoderError (a
+    one-line ConfigError) for a name that is not registered.
     """
-    if encoder not in ENCODER_NAMES:
-        raise ValueError(f"unknown encoder {encoder!r}; allowed: {', '.join(ENCODER_NAMES)}")
-    if not obs_specs:
-        raise ValueError("make_encoder needs at least one observation key")
-    conv = encoder if encoder in _CONV_LAYERS else "conv_simple"
+    settings = EncoderSettings(tuple(int(h) for h in mlp_hidden_sizes), activation)
+    # A user's module may not subclass Encoder; build_encoder checked its int out_size.
+    return cast(Encoder, build_encoder(encoder, obs_specs, settings))
+
+
+def _builtin_encoder(
+    obs_specs: Mapping[str, TensorSpec], settings: EncoderSettings, *, name: str
+) -> nn.Module:
+    """The built-in encoder ``name``.
+
+    "auto": conv_simple for one 3-D uint8 image, MLP for one vector, multi-input for several
+    keys. "mlp": everything flattened through an MLP. "conv_simple", "conv_nature", "resnet":
+    that image encoder; the observation must be 3-D; with several keys, that encoder for each
+    image key and an MLP for the rest.
+    """
+    hidden, activation = settings.mlp_hidden_sizes, settings.activation
+    image = name if name in _IMAGE_ENCODERS else "conv_simple"
     if len(obs_specs) > 1:
-        return MultiInputEncoder(obs_specs, mlp_hidden_sizes, activation,
-                                 use_conv=encoder != "mlp", conv=conv)
+        return MultiInputEncoder(obs_specs, hidden, activation, use_conv=name != "mlp", conv=image)
     ((key, spec),) = obs_specs.items()
-    use_conv = (encoder == "auto" and is_image_spec(spec)) or encoder in _CONV_LAYERS
-    if use_conv:
+    if (name == "auto" and is_image_spec(spec)) or name in _IMAGE_ENCODERS:
         if len(spec.shape) != 3:
-            raise ValueError(f"encoder {conv!r} needs 3-D observations, got {spec.shape}")
-        return SingleInputEncoder(key, ConvEncoder(spec.shape, activation, architecture=conv))
-    return SingleInputEncoder(key, MlpEncoder(_flat_size(spec.shape), mlp_hidden_sizes, activation))
+            raise ValueError(f"encoder {image!r} needs 3-D observations, got {spec.shape}")
+        return SingleInputEncoder(key, _image_encoder(spec.shape, activation, image))
+    return SingleInputEncoder(key, MlpEncoder(_flat_size(spec.shape), hidden, activation))
+
+
+_IMAGE_ENCODERS = ("conv_simple", "conv_nature", "resnet")
+_DESCRIPTIONS = {
+    "auto": "by observation shape: conv_simple for one image, mlp for one vector, both for a Dict",
+    "mlp": "every observation key flattened through one MLP (mlp_hidden_sizes, activation)",
+    "conv_simple": "Sample Factory's simplified conv encoder: 3 conv layers + fc 512",
+    "conv_nature": "the DQN Nature network (Mnih et al. 2015): 3 conv layers + fc 512",
+    "resnet": "IMPALA's residual network (Espeholt et al. 2018): 15 layers + fc 256",
+}
+for _name in ENCODER_NAMES:
+    _register(
+        _name,
+        functools.partial(_builtin_encoder, name=_name),
+        description=_DESCRIPTIONS[_name],
+        overwrite=False,
+        builtin=True,
+    )

@@ -24,6 +24,10 @@ class RunningMeanStd(nn.Module):
     (population variance), ``count`` [] int64 (number of samples merged so far).
     """
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+
     def __init__(self, shape: Sequence[int], *, epsilon: float = 1e-8, clip: float = 5.0) -> None:
         super().__init__()
         self.shape = tuple(int(d) for d in shape)

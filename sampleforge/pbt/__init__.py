@@ -1,7 +1,8 @@
-"""Population-based training: decisions (:mod:`.population`) and the event log (:mod:`.history`).
+"""Population-based training: the decisions (:mod:`.population`), the event log
+(:mod:`.history`), and the runner's side that carries them out (:mod:`.coordinator`).
 
-No torch, no processes: the runner calls :class:`PopulationBasedTraining` and carries out the
-returned :class:`PbtEvent` s itself.
+The decisions need no torch and no processes: the coordinator calls
+:class:`PopulationBasedTraining` and turns the returned :class:`PbtEvent` s into commands.
 """
 
 from sampleforge.pbt.history import HISTORY_FILENAME, PbtHistory

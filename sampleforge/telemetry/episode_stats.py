@@ -46,6 +46,8 @@ class EpisodeStatsWindow:
         self._lengths.extend(float(n) for n in lengths)
         self._total_episodes += len(returns)
         mean = self.mean_return
+        if mean is None:  # unreachable: the window just received at least one episode
+            raise AssertionError("episode window empty right after add")
         if math.isnan(mean):
             return  # a NaN best would compare False forever and freeze the record
         if self._best_mean_return is None or mean > self._best_mean_return:

@@ -77,14 +77,18 @@ def group_runs(runs: Sequence[Run]) -> list[list[Run]]:
     """Runs with the same settings apart from IGNORED_SETTINGS, in first-seen order."""
     groups: dict[str, list[Run]] = {}
     for run in runs:
-        key = json.dumps({k: v for k, v in run.settings.items() if k not in IGNORED_SETTINGS},
-                         sort_keys=True, default=str)
+        key = json.dumps(
+            {k: v for k, v in run.settings.items() if k not in IGNORED_SETTINGS},
+            sort_keys=True,
+            default=str,
+        )
         groups.setdefault(key, []).append(run)
     return list(groups.values())
 
 
-def mean_and_band(runs: Sequence[Run], metric: str, x: str,
-                  points: int = GRID_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def mean_and_band(
+    runs: Sequence[Run], metric: str, x: str, points: int = GRID_POINTS
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(grid, mean, std) of `metric` over runs, interpolated on the x range all runs cover."""
     curves = [run.series(metric, x) for run in runs]
     curves = [(xs, ys) for xs, ys in curves if len(xs)]
@@ -99,8 +103,9 @@ def mean_and_band(runs: Sequence[Run], metric: str, x: str,
     return grid, values.mean(axis=0), values.std(axis=0)
 
 
-def plot_learning_curves(experiment_dirs: Sequence[Path | str], output: Path | str, *,
-                         title: str | None = None) -> Path:
+def plot_learning_curves(
+    experiment_dirs: Sequence[Path | str], output: Path | str, *, title: str | None = None
+) -> Path:
     """Draw the learning curves of the experiments into the PNG `output`; returns its path."""
     if not experiment_dirs:
         raise ValueError("no experiments to plot")
@@ -130,8 +135,9 @@ def plot_learning_curves(experiment_dirs: Sequence[Path | str], output: Path | s
     return output
 
 
-def _draw(ax, group: Sequence[Run], metric: str, x: str, label: str, color: str,
-          style: str) -> None:
+def _draw(
+    ax, group: Sequence[Run], metric: str, x: str, label: str, color: str, style: str
+) -> None:
     if len(group) == 1:
         xs, ys = group[0].series(metric, x)
         if len(xs):
@@ -147,8 +153,7 @@ def _labels(groups: Sequence[Sequence[Run]]) -> list[str]:
     """Each group named by the settings that tell the groups apart, else by its first run."""
     settings = [group[0].settings for group in groups]
     keys = sorted({k for s in settings for k in s if k not in IGNORED_SETTINGS})
-    differing = [k for k in keys if len({json.dumps(s.get(k), default=str)
-                                         for s in settings}) > 1]
+    differing = [k for k in keys if len({json.dumps(s.get(k), default=str) for s in settings}) > 1]
     labels = []
     for group, s in zip(groups, settings):
         if differing:

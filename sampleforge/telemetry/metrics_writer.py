@@ -1,8 +1,9 @@
-"""Scalar metrics to TensorBoard and ``progress.csv``.
+"""Scalar metrics to TensorBoard, ``progress.csv`` and optionally Weights & Biases.
 
 Responsibility: persist the runner's periodic scalar reports, keyed by env
-steps, to TensorBoard event files (under ``<experiment_dir>/tb``) and to
-``<experiment_dir>/progress.csv`` for scripts and plots.
+steps, to TensorBoard event files (under ``<experiment_dir>/tb``), to
+``<experiment_dir>/progress.csv`` for scripts and plots, and to any extra sinks
+(the W&B run of ``with_wandb``, see ``wandb_sink.py``).
 
 What this module must not do: compute or aggregate metrics, invent tag names
 (tags arrive namespaced, e.g. ``episode/return_mean``, ``perf/fps``), or print.
@@ -13,19 +14,29 @@ from __future__ import annotations
 import csv
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["CSV_NAME", "TENSORBOARD_SUBDIR", "MetricsWriter"]
+    from sampleforge.config import Config
+
+__all__ = ["CSV_NAME", "TENSORBOARD_SUBDIR", "MetricsWriter", "ScalarSink"]
 
 CSV_NAME = "progress.csv"
 TENSORBOARD_SUBDIR = "tb"
 _FIXED_COLUMNS = ("env_steps", "wall_time")
 _TB_FLUSH_SECS = 5
+
+
+class ScalarSink(Protocol):
+    """Another destination of the same rows (e.g. `WandbSink`)."""
+
+    def write(self, env_steps: int, values: Mapping[str, float]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class MetricsWriter:
@@ -39,8 +50,11 @@ class MetricsWriter:
     appended to with its columns kept.
     """
 
-    def __init__(self, experiment_dir: Path, *, tensorboard: bool = True) -> None:
-        """Open the CSV (and a TensorBoard writer if ``tensorboard``) in ``experiment_dir``."""
+    def __init__(
+        self, experiment_dir: Path, *, tensorboard: bool = True, sinks: Sequence[ScalarSink] = ()
+    ) -> None:
+        """Open the CSV (and a TensorBoard writer if ``tensorboard``) in ``experiment_dir``;
+        every row also goes to each of ``sinks``, which `close` closes."""
         self.experiment_dir = Path(experiment_dir)
         self.experiment_dir.mkdir(parents=True, exist_ok=True)
         self.csv_path = self.experiment_dir / CSV_NAME
@@ -53,6 +67,24 @@ class MetricsWriter:
         self._tb = (
             _open_tensorboard(self.experiment_dir / TENSORBOARD_SUBDIR) if tensorboard else None
         )
+        self._sinks = list(sinks)
+
+    @classmethod
+    def for_run(cls, cfg: Config, experiment_dir: Path) -> MetricsWriter:
+        """The writer of a training run: TensorBoard if ``cfg.tensorboard``, the experiment's
+        W&B run if ``cfg.with_wandb`` (ConfigError, before anything is opened, if the wandb
+        extra is not installed)."""
+        sinks: list[ScalarSink] = []
+        if cfg.with_wandb:
+            from sampleforge.telemetry.wandb_sink import WandbSink
+
+            sinks.append(WandbSink(experiment_dir, cfg))
+        try:
+            return cls(experiment_dir, tensorboard=cfg.tensorboard, sinks=sinks)
+        except BaseException:
+            for sink in sinks:
+                sink.close()
+            raise
 
     @property
     def columns(self) -> list[str]:
@@ -76,13 +108,20 @@ class MetricsWriter:
         elapsed = time.monotonic() - self._start if wall_time is None else wall_time
         self._write_tensorboard(env_steps, values)
         self._write_csv_row({"env_steps": env_steps, "wall_time": round(elapsed, 3), **values})
+        for sink in self._sinks:
+            sink.write(env_steps, values)
 
     def close(self) -> None:
-        """Flush and close both outputs; safe to call more than once."""
+        """Flush and close every output; safe to call more than once."""
         self._closed = True
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        sinks, self._sinks = self._sinks, []
+        try:
+            if self._tb is not None:
+                self._tb.close()
+                self._tb = None
+        finally:
+            for sink in sinks:
+                sink.close()
 
     def __enter__(self) -> Self:
         return self

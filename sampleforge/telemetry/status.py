@@ -4,7 +4,7 @@ Responsibility: define :class:`TrainingStatus`, the read-only view of the runner
 statistics that a callback receives after every learner iteration (or every N env steps).
 
 What this module must not do: compute the numbers (the runner does) or decide when callbacks
-run (``sampleforge.components.training_callback`` does).
+run (``sampleforge.telemetry.training_callback`` does).
 """
 
 from __future__ import annotations

@@ -19,8 +19,13 @@ from pathlib import Path
 
 __all__ = ["STOP_REASONS", "RunSummary", "read_summary", "write_summary"]
 
-STOP_REASONS = ("train_for_env_steps", "stop_at_mean_return", "train_for_seconds", "interrupted",
-                "callback")
+STOP_REASONS = (
+    "train_for_env_steps",
+    "stop_at_mean_return",
+    "train_for_seconds",
+    "interrupted",
+    "callback",
+)
 """Documented values of ``RunSummary.stopped_because`` (not enforced)."""
 
 

@@ -42,18 +42,31 @@ import multiprocessing
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from sampleforge.envs.registry import EnvContext, register_env
 
-FAULTS = ("none", "raise_in_step", "hang_in_step", "nan_obs", "inf_reward",
-          "raise_in_init_in_workers")
+FAULTS = (
+    "none",
+    "raise_in_step",
+    "hang_in_step",
+    "nan_obs",
+    "inf_reward",
+    "raise_in_init_in_workers",
+)
 
-__all__ = ["FAULTS", "FaultyEnv", "InjectedFault", "claim_marker", "make_faulty_env",
-           "read_marker", "register_faulty_env"]
+__all__ = [
+    "FAULTS",
+    "FaultyEnv",
+    "InjectedFault",
+    "claim_marker",
+    "make_faulty_env",
+    "read_marker",
+    "register_faulty_env",
+]
 
 
 class InjectedFault(RuntimeError):
@@ -76,7 +89,7 @@ def claim_marker(path: str | os.PathLike, record: dict[str, Any]) -> bool:
     return True
 
 
-def read_marker(path: str | os.PathLike) -> Optional[dict[str, Any]]:
+def read_marker(path: str | os.PathLike) -> dict[str, Any] | None:
     """The record of the fault that claimed `path`, or None if no fault fired (yet)."""
     path = Path(path)
     # The claimant creates the file before writing it: allow it a moment to finish.
@@ -103,11 +116,21 @@ class FaultyEnv(gym.Env):
 
     metadata = {"render_modes": []}
 
-    def __init__(self, fault: str = "none", *, once_marker: Optional[str] = None,
-                 after_steps: int = 0, every: Optional[int] = None,
-                 only_worker: Optional[int] = None, only_env: Optional[int] = None,
-                 hang_seconds: float = 1000.0, episode_length: int = 50, obs_size: int = 4,
-                 worker_index: int = 0, env_index: int = 0):
+    def __init__(
+        self,
+        fault: str = "none",
+        *,
+        once_marker: str | None = None,
+        after_steps: int = 0,
+        every: int | None = None,
+        only_worker: int | None = None,
+        only_env: int | None = None,
+        hang_seconds: float = 1000.0,
+        episode_length: int = 50,
+        obs_size: int = 4,
+        worker_index: int = 0,
+        env_index: int = 0,
+    ):
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
         if after_steps < 0 or (every is not None and every < 1):
@@ -120,21 +143,28 @@ class FaultyEnv(gym.Env):
         self.episode_length = episode_length
         self.worker_index = worker_index
         self.env_index = env_index
-        self._targeted = ((only_worker is None or only_worker == worker_index)
-                          and (only_env is None or only_env == env_index))
+        self._targeted = (only_worker is None or only_worker == worker_index) and (
+            only_env is None or only_env == env_index
+        )
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (obs_size,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.total_steps = 0  # since construction, across episodes
         self.faults_fired = 0
         self._t = 0
         self._obs = np.zeros(obs_size, np.float32)
-        if (fault == "raise_in_init_in_workers" and self._targeted and _in_child_process()
-                and self._fire()):
-            raise InjectedFault(f"injected fault: construction of FaultyEnv failed in worker "
-                                f"{worker_index} (env {env_index}, pid {os.getpid()})")
+        if (
+            fault == "raise_in_init_in_workers"
+            and self._targeted
+            and _in_child_process()
+            and self._fire()
+        ):
+            raise InjectedFault(
+                f"injected fault: construction of FaultyEnv failed in worker "
+                f"{worker_index} (env {env_index}, pid {os.getpid()})"
+            )
 
     # --- gym API --------------------------------------------------------------------------------
-    def reset(self, *, seed: Optional[int] = None, options: Optional[dict] = None):
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
         super().reset(seed=seed)
         self._t = 0
         self._obs = self._draw()
@@ -147,8 +177,10 @@ class FaultyEnv(gym.Env):
         self._obs = self._draw()
         obs = self._obs.copy()
         if self._due() and self._fire():
-            where = (f"worker {self.worker_index} (env {self.env_index}), step "
-                     f"{self.total_steps}, pid {os.getpid()}")
+            where = (
+                f"worker {self.worker_index} (env {self.env_index}), step "
+                f"{self.total_steps}, pid {os.getpid()}"
+            )
             if self.fault == "raise_in_step":
                 raise InjectedFault(f"injected fault: step raised in {where}")
             if self.fault == "hang_in_step":
@@ -174,8 +206,14 @@ class FaultyEnv(gym.Env):
         if self.once_marker is not None:
             if os.path.exists(self.once_marker):
                 return False  # cheap check first: somebody already fired
-            record = {"fault": self.fault, "worker": self.worker_index, "env": self.env_index,
-                      "pid": os.getpid(), "step": self.total_steps, "time": time.time()}
+            record = {
+                "fault": self.fault,
+                "worker": self.worker_index,
+                "env": self.env_index,
+                "pid": os.getpid(),
+                "step": self.total_steps,
+                "time": time.time(),
+            }
             if not claim_marker(self.once_marker, record):
                 return False
         self.faults_fired += 1
@@ -187,8 +225,7 @@ class FaultyEnv(gym.Env):
 
 def make_faulty_env(context: EnvContext, **fault_kwargs: Any) -> FaultyEnv:
     """Registry factory: a `FaultyEnv` for `context` (keyword arguments as `FaultyEnv`'s)."""
-    return FaultyEnv(worker_index=context.worker_index, env_index=context.env_index,
-                     **fault_kwargs)
+    return FaultyEnv(worker_index=context.worker_index, env_index=context.env_index, **fault_kwargs)
 
 
 def register_faulty_env(name: str, **fault_kwargs: Any) -> str:
@@ -197,6 +234,10 @@ def register_faulty_env(name: str, **fault_kwargs: Any) -> str:
     fault = fault_kwargs.get("fault", "none")
     if fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; choose one of {', '.join(FAULTS)}")
-    register_env(name, functools.partial(make_faulty_env, **fault_kwargs), overwrite=True,
-                 description=f"FaultyEnv with fault {fault!r} (sampleforge.testing)")
+    register_env(
+        name,
+        functools.partial(make_faulty_env, **fault_kwargs),
+        overwrite=True,
+        description=f"FaultyEnv with fault {fault!r} (sampleforge.testing)",
+    )
     return name

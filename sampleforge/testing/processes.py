@@ -23,7 +23,7 @@ def is_alive(pid: int) -> bool:
 
 def descendants(pid: int) -> set[int]:
     """Every process below `pid` in the process tree."""
-    parents = {}
+    parents: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -31,7 +31,8 @@ def descendants(pid: int) -> set[int]:
                 parents[int(entry.name)] = int(fields[1])
             except (OSError, IndexError):
                 continue
-    found, frontier = set(), {pid}
+    found: set[int] = set()
+    frontier = {pid}
     while frontier:
         frontier = {p for p, parent in parents.items() if parent in frontier} - found
         found |= frontier

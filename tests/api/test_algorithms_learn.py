@@ -14,17 +14,25 @@ from sampleforge import A3C, IMPALA
 BUDGET = 500_000
 # Few envs in flight too: with the 48-env default the lag doubles and, without a trust region,
 # the policy can collapse (seen with both).
-NEAR_ON_POLICY = dict(num_epochs=1, num_batches_per_epoch=1, learning_rate=2e-3,
-                      num_envs_per_worker=16)
+NEAR_ON_POLICY = dict(
+    num_epochs=1, num_batches_per_epoch=1, learning_rate=2e-3, num_envs_per_worker=16
+)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algorithm", [IMPALA, A3C], ids=["impala", "a3c"])
 def test_reaches_400_on_cartpole(algorithm, tmp_path):
-    with algorithm("CartPole-v1", seed=1, stop_at_mean_return=400, train_dir=str(tmp_path),
-                   device="cpu", report_every_sec=60, tensorboard=False,
-                   **NEAR_ON_POLICY) as model:
+    with algorithm(
+        "CartPole-v1",
+        seed=1,
+        stop_at_mean_return=400,
+        train_dir=str(tmp_path),
+        device="cpu",
+        report_every_sec=60,
+        tensorboard=False,
+        **NEAR_ON_POLICY,
+    ) as model:
         summary = model.train(BUDGET)
     assert summary.stopped_because == "stop_at_mean_return", summary
     assert summary.mean_return_last_100 >= 400

@@ -52,8 +52,15 @@ def trained(model):
 
 
 def _serial_model(tmp_path, **overrides):
-    return APPO("CartPole-v1", serial_mode=True, num_envs_per_worker=4, seed=2,
-                train_dir=str(tmp_path), **FAST, **overrides)
+    return APPO(
+        "CartPole-v1",
+        serial_mode=True,
+        num_envs_per_worker=4,
+        seed=2,
+        train_dir=str(tmp_path),
+        **FAST,
+        **overrides,
+    )
 
 
 def test_train_again_keeps_processes_and_counters(model, trained):
@@ -118,7 +125,7 @@ def test_save_then_load_gives_same_returns(model, trained, tmp_path):
     path = model.save(tmp_path / "cartpole.pt")
     loaded = APPO.load(path, train_dir=str(tmp_path))
     try:
-        assert loaded.runner.host is None  # weights only: nothing started to evaluate
+        assert not loaded.runner.started  # weights only: nothing started to evaluate
         assert loaded.evaluate(2, seed=11) == model.evaluate(2, seed=11)
         assert _equal(loaded.get_parameters()[0], model.get_parameters()[0])
     finally:
@@ -143,15 +150,15 @@ def test_callback_sees_status_and_stops_training(model, trained):
     # Env steps arrive a learner dataset (2,048 samples by default) at a time, two when the
     # learner catches up after a pause: train several datasets' worth.
     marks: list[int] = []
-    model.train(16_000, callback=lambda s: marks.append(s.env_steps),
-                callback_every_env_steps=4_000)
+    model.train(
+        16_000, callback=lambda s: marks.append(s.env_steps), callback_every_env_steps=4_000
+    )
     assert len(marks) >= 2 and marks == sorted(marks)
 
 
 def test_collected_model_stops_its_workers(tmp_path):
     # A top-level env function reaches the spawned workers by reference.
-    m = A3C(make_cartpole, num_workers=1, num_envs_per_worker=4, train_dir=str(tmp_path),
-            **FAST)
+    m = A3C(make_cartpole, num_workers=1, num_envs_per_worker=4, train_dir=str(tmp_path), **FAST)
     m.train(1_000)
     pids = list(m.runner.host.pids().values())
     assert len(pids) == 3 and all(is_alive(p) for p in pids)
@@ -184,16 +191,21 @@ def test_the_env_family_applies_unless_a_keyword_says_otherwise(tmp_path):
         for name in ("num_envs_per_worker", "num_workers", "encoder", "num_epochs"):
             assert getattr(m.cfg, name) == atari[name], name
             assert config_sources(m.cfg)[name] == "family", name
-    with APPO("atari_breakout", num_envs_per_worker=4, encoder="conv_simple",
-              train_dir=str(tmp_path)) as m:
+    with APPO(
+        "atari_breakout", num_envs_per_worker=4, encoder="conv_simple", train_dir=str(tmp_path)
+    ) as m:
         assert m.cfg.num_envs_per_worker == 4 and m.cfg.encoder == "conv_simple"
         assert config_sources(m.cfg)["num_envs_per_worker"] == "flag"
 
 
 def test_model_settings_and_algorithm(tmp_path):
-    with IMPALA("CartPole-v1", policy_kwargs={"mlp_hidden_sizes": (32,), "rnn": "gru",
-                                              "rnn_size": 16},
-                serial_mode=True, train_dir=str(tmp_path), **FAST) as m:
+    with IMPALA(
+        "CartPole-v1",
+        policy_kwargs={"mlp_hidden_sizes": (32,), "rnn": "gru", "rnn_size": 16},
+        serial_mode=True,
+        train_dir=str(tmp_path),
+        **FAST,
+    ) as m:
         assert m.cfg.algorithm == "impala" and m.cfg.mlp_hidden_sizes == (32,)
         assert math.isinf(m.cfg.stop_at_mean_return)  # train(n) trains n steps
         action, state = m.predict(np.zeros(4))
@@ -205,8 +217,13 @@ def test_model_settings_and_algorithm(tmp_path):
 def test_a_lambda_env_needs_serial_mode(tmp_path):
     with pytest.raises(ValueError, match="top-level function"):
         APPO(lambda: gym.make("CartPole-v1"), train_dir=str(tmp_path))
-    with APPO(lambda: gym.make("CartPole-v1"), serial_mode=True, num_envs_per_worker=2,
-              train_dir=str(tmp_path), **FAST) as m:
+    with APPO(
+        lambda: gym.make("CartPole-v1"),
+        serial_mode=True,
+        num_envs_per_worker=2,
+        train_dir=str(tmp_path),
+        **FAST,
+    ) as m:
         assert m.train(1_000).env_steps >= 1_000
 
 

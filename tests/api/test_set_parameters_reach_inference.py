@@ -16,15 +16,22 @@ from sampleforge.checkpoint.store import CheckpointStore
 
 @pytest.mark.timeout(120)
 def test_inference_acts_with_the_new_weights_at_once(tmp_path):
-    with APPO("CartPole-v1", serial_mode=True, num_envs_per_worker=4, seed=1,
-              train_dir=str(tmp_path), report_every_sec=60, tensorboard=False,
-              device="cpu") as model:
+    with APPO(
+        "CartPole-v1",
+        serial_mode=True,
+        num_envs_per_worker=4,
+        seed=1,
+        train_dir=str(tmp_path),
+        report_every_sec=60,
+        tensorboard=False,
+        device="cpu",
+    ) as model:
         model.train(1_000)
         always_left = model.get_parameters()[0]
         always_left["action_head.linear.bias"] = torch.tensor([100.0, -100.0])
         model.set_parameters({0: always_left})
         model.train(1)  # one dataset, collected before the learner's next SGD step
-        episodes = model.runner.episodes
+        episodes = model.runner.progress.episodes
         assert episodes.count == 100 and episodes.mean_length < 12, episodes.mean_length
 
 
@@ -44,9 +51,16 @@ def _learner_checkpoint(model, policy_id: int) -> dict:
 @pytest.mark.timeout(240)
 def test_a_conv_model_takes_new_weights_through_shared_memory(tmp_path):
     # A whole Atari state dict (~7 MB) once overflowed the learner's 1 MiB inbox (queue.Full).
-    with APPO("atari_breakout", num_workers=1, num_envs_per_worker=8, seed=1,
-              train_dir=str(tmp_path), report_every_sec=60, tensorboard=False,
-              device="cpu") as model:
+    with APPO(
+        "atari_breakout",
+        num_workers=1,
+        num_envs_per_worker=8,
+        seed=1,
+        train_dir=str(tmp_path),
+        report_every_sec=60,
+        tensorboard=False,
+        device="cpu",
+    ) as model:
         model.train(4_000)
         new = _marked(model.get_parameters()[0], 0.25)
         assert sum(v.numel() * v.element_size() for v in new.values()) > 4 << 20
@@ -58,15 +72,24 @@ def test_a_conv_model_takes_new_weights_through_shared_memory(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_each_policy_of_a_population_takes_its_own_new_weights(tmp_path):
-    with APPO("CartPole-v1", num_policies=2, num_workers=2, num_envs_per_worker=8, seed=1,
-              train_dir=str(tmp_path), report_every_sec=60, tensorboard=False,
-              device="cpu") as model:
+    with APPO(
+        "CartPole-v1",
+        num_policies=2,
+        num_workers=2,
+        num_envs_per_worker=8,
+        seed=1,
+        train_dir=str(tmp_path),
+        report_every_sec=60,
+        tensorboard=False,
+        device="cpu",
+    ) as model:
         model.train(4_000)
         params = model.get_parameters()
         new = {0: _marked(params[0], 1.5), 1: _marked(params[1], -2.5)}
         model.set_parameters(new)
         for p in (0, 1):
             saved = _learner_checkpoint(model, p)
-            assert torch.equal(saved["action_head.linear.bias"],
-                               new[p]["action_head.linear.bias"]), p
+            assert torch.equal(
+                saved["action_head.linear.bias"], new[p]["action_head.linear.bias"]
+            ), p
         model.train(2_000)  # and training goes on from them

@@ -10,8 +10,20 @@ import pytest
 
 from sampleforge.cli.main import main
 
-SMALL = ["--env", "CartPole-v1", "--device", "cpu", "--num_workers", "1",
-         "--num_envs_per_worker", "8", "--warmup", "2", "--duration", "5"]
+SMALL = [
+    "--env",
+    "CartPole-v1",
+    "--device",
+    "cpu",
+    "--num_workers",
+    "1",
+    "--num_envs_per_worker",
+    "8",
+    "--warmup",
+    "2",
+    "--duration",
+    "5",
+]
 
 
 @pytest.mark.timeout(300)
@@ -30,7 +42,8 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
         assert data[key] > 1000, (key, data[key])  # CartPole runs at tens of thousands
     assert data["train_over_pure_sim"] == pytest.approx(data["train_fps"] / data["pure_sim_fps"])
     assert data["train_over_compute_limit"] == pytest.approx(
-        data["train_fps"] / data["compute_limit_fps"])
+        data["train_fps"] / data["compute_limit_fps"]
+    )
     assert data["mean_policy_lag"] >= 0
     assert data["bottleneck"] in {"learner-bound", "inference-bound", "sampler-bound"}
     assert "training / compute limit" in out

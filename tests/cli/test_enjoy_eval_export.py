@@ -56,8 +56,21 @@ def test_eval_in_processes_matches_one_process(experiment, capsys):
 
 
 def test_eval_of_the_best_evaluated_weights(experiment, capsys):
-    assert main(["eval", *_flags(experiment), "--checkpoint", "best_eval",
-                 "--eval_episodes", "2", "--num_processes", "1"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                *_flags(experiment),
+                "--checkpoint",
+                "best_eval",
+                "--eval_episodes",
+                "2",
+                "--num_processes",
+                "1",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert str(experiment / "eval" / "p0" / "best.pt") in out
     assert "episodes 2: mean return" in out
@@ -65,13 +78,16 @@ def test_eval_of_the_best_evaluated_weights(experiment, capsys):
 
 def test_export_onnx_matches_pytorch(experiment, capsys, tmp_path):
     output = tmp_path / "policy.onnx"
-    assert main(["export", *_flags(experiment), "--format", "onnx", "--output",
-                 str(output)]) == 0
+    assert main(["export", *_flags(experiment), "--format", "onnx", "--output", str(output)]) == 0
     assert "outputs action, action_logits, value" in capsys.readouterr().out
     cfg = read_experiment_config(experiment)
     info = env_info("CartPole-v1")
-    policy = LocalPolicy.build(cfg, info.observation_space, info.action_space,
-                               state_dict=read_weights_file(find_checkpoint(experiment)))
+    policy = LocalPolicy.build(
+        cfg,
+        info.observation_space,
+        info.action_space,
+        state_dict=read_weights_file(find_checkpoint(experiment)),
+    )
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     with torch.no_grad():
         expected = [t.numpy() for t in PolicyStep(policy.model)(torch.from_numpy(obs))]

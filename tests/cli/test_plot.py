@@ -14,13 +14,19 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def _fake_run(folder, seed, returns, algorithm="appo", wall=None):
     folder.mkdir(parents=True)
-    config = {"env": "CartPole-v1", "algorithm": algorithm, "seed": seed,
-              "experiment": folder.name, "train_dir": str(folder.parent)}
+    config = {
+        "env": "CartPole-v1",
+        "algorithm": algorithm,
+        "seed": seed,
+        "experiment": folder.name,
+        "train_dir": str(folder.parent),
+    }
     (folder / "config.json").write_text(json.dumps(config))
     wall = wall or [float(i) for i in range(len(returns))]
     lines = ["env_steps,wall_time,episode/return_mean,perf/fps_10s,policy_lag/mean"]
-    lines += [f"{1000 * (i + 1)},{w},{r},{5000 + i},{2.0}" for i, (r, w) in
-              enumerate(zip(returns, wall))]
+    lines += [
+        f"{1000 * (i + 1)},{w},{r},{5000 + i},{2.0}" for i, (r, w) in enumerate(zip(returns, wall))
+    ]
     lines.append(f"{1000 * len(returns)},{wall[-1] + 1},,,")  # a row without these metrics
     (folder / "progress.csv").write_text("\n".join(lines) + "\n")
     return folder
@@ -48,8 +54,18 @@ def test_plot_writes_a_png(experiment, tmp_path, capsys):
     _fake_run(tmp_path / "seed1", 1, [10, 20, 30])
     _fake_run(tmp_path / "seed2", 2, [20, 30, 50])
     output = tmp_path / "curves.png"
-    code = main(["plot", str(experiment), "seed1", "seed2", "--train_dir", str(tmp_path),
-                 "--output", str(output)])
+    code = main(
+        [
+            "plot",
+            str(experiment),
+            "seed1",
+            "seed2",
+            "--train_dir",
+            str(tmp_path),
+            "--output",
+            str(output),
+        ]
+    )
     assert code == 0 and f"wrote {output}" in capsys.readouterr().out
     data = output.read_bytes()
     assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000

@@ -11,6 +11,7 @@ import torch
 
 from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
+from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import checkpoint_info
 from sampleforge.comms.messages import (
@@ -23,35 +24,59 @@ from sampleforge.comms.messages import (
     TrajectoryReady,
 )
 from sampleforge.comms.queues import make_queue, receive, send_many
-from sampleforge.components.learner_worker import LearnerWorker
-from sampleforge.components.model_factory import make_actor_critic
+from sampleforge.components.learner_worker import LearnerEndpoints, LearnerWorker
 from sampleforge.components.wiring import trajectory_layout
 from sampleforge.config import make_config
 from sampleforge.envs.registry import env_info
+from sampleforge.models.factory import make_actor_critic
 
 
 class Neighbours:
     """The queues and buffers around one learner, and helpers to play its neighbours."""
 
     def __init__(self, tmp_path):
-        self.cfg = make_config(env="CartPole-v1", num_workers=1, num_envs_per_worker=4,
-                               worker_num_splits=1, rollout=8, batch_size=64,
-                               num_batches_per_epoch=1, num_epochs=2, device="cpu", seed=0,
-                               train_dir=str(tmp_path))
+        self.cfg = make_config(
+            env="CartPole-v1",
+            num_workers=1,
+            num_envs_per_worker=4,
+            worker_num_splits=1,
+            rollout=8,
+            batch_size=64,
+            num_batches_per_epoch=1,
+            num_epochs=2,
+            device="cpu",
+            seed=0,
+            train_dir=str(tmp_path),
+        )
         info = env_info("CartPole-v1")
         model = make_actor_critic(self.cfg, info.observation_space, info.action_space)
-        self.buffer = SharedTrajectoryBuffer(trajectory_layout(self.cfg, info, model.rnn_state_size))
+        self.buffer = SharedTrajectoryBuffer(
+            trajectory_layout(self.cfg, info, model.rnn_state_size)
+        )
         self.ledger = SamplerLedger(1, self.buffer.layout.num_slots)
+        self.free = make_queue()
         self.weights = {0: SharedPolicyWeights(model_numel(model))}
-        self.inbox, self.free, self.reports = make_queue(), make_queue(), make_queue(4 << 20)
+        self.inbox, self.reports = make_queue(), make_queue(4 << 20)
         self.checkpoint_dir = tmp_path / "checkpoints"
+        endpoints = LearnerEndpoints(
+            buffer=self.buffer,
+            weights=self.weights,
+            incoming_weights=SharedPolicyWeights(model_numel(model)),
+            inbox=self.inbox,
+            slots=SlotPool(self.ledger, self.free),
+            report_queue=self.reports,
+        )
         self.worker = LearnerWorker(
-            cfg=self.cfg, policy_id=0, observation_space=info.observation_space,
-            action_space=info.action_space, buffer=self.buffer, weights=self.weights,
-            incoming_weights=SharedPolicyWeights(model_numel(model)), inbox=self.inbox,
-            free_slots=self.free, ledger=self.ledger, report_queue=self.reports,
-            device=torch.device("cpu"), checkpoint_dir=str(self.checkpoint_dir),
-            frameskip=1, resume=False)
+            cfg=self.cfg,
+            policy_id=0,
+            endpoints=endpoints,
+            observation_space=info.observation_space,
+            action_space=info.action_space,
+            device=torch.device("cpu"),
+            checkpoint_dir=str(self.checkpoint_dir),
+            frameskip=1,
+            resume=False,
+        )
         self._next_slot = 0
         self.rng = np.random.default_rng(0)
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from sampleforge.buffers.sampler_ledger import SamplerLedger
+from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
 from sampleforge.comms.messages import (
     ActionsReady,
@@ -20,7 +21,7 @@ from sampleforge.comms.messages import (
     TrajectoryReady,
 )
 from sampleforge.comms.queues import make_queue, receive, send_many
-from sampleforge.components.rollout_worker import RolloutWorker
+from sampleforge.components.rollout_worker import RolloutEndpoints, RolloutWorker
 from sampleforge.envs.registry import EnvContext, EnvSpec
 from sampleforge.spaces import action_spec, observation_specs
 
@@ -53,18 +54,35 @@ def make_counting_env(context: EnvContext) -> gym.Env:
 
 def _setup(rollout=4, rnn_size=3, num_slots=6):
     env = CountingEnv(3)
-    layout = TrajectoryLayout(obs_specs=observation_specs(env.observation_space),
-                              action_spec=action_spec(env.action_space), rnn_state_size=rnn_size,
-                              rollout=rollout, rows_per_slot=2, num_slots=num_slots)
+    layout = TrajectoryLayout(
+        obs_specs=observation_specs(env.observation_space),
+        action_spec=action_spec(env.action_space),
+        rnn_state_size=rnn_size,
+        rollout=rollout,
+        rows_per_slot=2,
+        num_slots=num_slots,
+    )
     buffer = SharedTrajectoryBuffer(layout)
     queues = {name: make_queue() for name in ("inbox", "inference", "learner", "free", "report")}
     send_many(queues["free"], list(range(num_slots)))
+    ledger = SamplerLedger(1, num_slots)
+    endpoints = RolloutEndpoints(
+        buffer=buffer,
+        inbox=queues["inbox"],
+        inference_queues={0: queues["inference"]},
+        learner_queues={0: queues["learner"]},
+        slots=SlotPool(ledger, queues["free"]),
+        ledger=ledger,
+        report_queue=queues["report"],
+    )
     worker = RolloutWorker(
-        worker_index=0, env_spec=EnvSpec("counting", make_counting_env), num_envs=4,
-        num_splits=2, buffer=buffer, inbox=queues["inbox"],
-        inference_queues={0: queues["inference"]}, learner_queues={0: queues["learner"]},
-        free_slots=queues["free"], report_queue=queues["report"],
-        ledger=SamplerLedger(1, num_slots), seed=0)
+        worker_index=0,
+        endpoints=endpoints,
+        env_spec=EnvSpec("counting", make_counting_env),
+        num_envs=4,
+        num_splits=2,
+        seed=0,
+    )
     return worker, buffer, queues
 
 
@@ -102,8 +120,9 @@ def test_rollout_worker_fills_slots_by_the_protocol():
                 if not done:
                     assert obs[t + 1, row, 1] == actions[t, row, 0]
                     assert obs[t + 1, row, 0] == obs[t, row, 0] + 1
-                    assert torch.all(buffer.rnn_states[s, t + 1, row]
-                                     == buffer.rnn_states[s, t, row] + 1)
+                    assert torch.all(
+                        buffer.rnn_states[s, t + 1, row] == buffer.rnn_states[s, t, row] + 1
+                    )
                 else:  # a new episode: first observation, fresh recurrent state
                     assert obs[t + 1, row, 0] == 0
                     assert torch.all(buffer.rnn_states[s, t + 1, row] == 0)

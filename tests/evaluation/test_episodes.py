@@ -90,8 +90,15 @@ def test_a_lost_life_does_not_end_the_episode():
 def test_frames_of_the_first_env_reach_the_callback():
     frames = []
     spec = resolve_env("CartPole-v1")
-    with EpisodeRunner(_cartpole_policy(), spec, range(2), seed=1, num_envs=1,
-                       render_mode="rgb_array", on_frame=frames.append) as runner:
+    with EpisodeRunner(
+        _cartpole_policy(),
+        spec,
+        range(2),
+        seed=1,
+        num_envs=1,
+        render_mode="rgb_array",
+        on_frame=frames.append,
+    ) as runner:
         runner.run()
         lengths = runner.result().lengths
     assert len(frames) == sum(n + 1 for n in lengths)  # the reset frame, then one per step
@@ -106,12 +113,15 @@ def test_evaluation_result_statistics():
     assert summary["std"] == pytest.approx(np.std(runner_result.returns))
 
 
-@pytest.mark.parametrize("action_space,expected", [
-    (gym.spaces.Discrete(3, start=2), int),
-    (gym.spaces.MultiDiscrete([2, 3]), np.ndarray),
-    (gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Discrete(4)]), tuple),
-    (gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32), np.ndarray),
-])
+@pytest.mark.parametrize(
+    "action_space,expected",
+    [
+        (gym.spaces.Discrete(3, start=2), int),
+        (gym.spaces.MultiDiscrete([2, 3]), np.ndarray),
+        (gym.spaces.Tuple([gym.spaces.Discrete(2), gym.spaces.Discrete(4)]), tuple),
+        (gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32), np.ndarray),
+    ],
+)
 def test_predict_gives_actions_in_env_format(action_space, expected):
     obs_space = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
     policy = _policy(obs_space, action_space)
@@ -122,8 +132,12 @@ def test_predict_gives_actions_in_env_format(action_space, expected):
 
 
 def test_predict_dict_observations_and_recurrent_state():
-    obs_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (3,), np.float32),
-                                 "img": gym.spaces.Box(0, 255, (3, 40, 40), np.uint8)})
+    obs_space = gym.spaces.Dict(
+        {
+            "pos": gym.spaces.Box(-1, 1, (3,), np.float32),
+            "img": gym.spaces.Box(0, 255, (3, 40, 40), np.uint8),
+        }
+    )
     policy = _policy(obs_space, gym.spaces.Discrete(4), rnn="lstm", rnn_size=8)
     one = obs_space.sample()
     action, state = policy.predict(one)

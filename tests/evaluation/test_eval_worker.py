@@ -13,22 +13,28 @@ from sampleforge.checkpoint import CheckpointStore
 from sampleforge.comms.eval_messages import EvaluationFinished, EvaluationRequested
 from sampleforge.comms.messages import Stop
 from sampleforge.comms.queues import make_queue, receive, send_many
-from sampleforge.components.eval_worker import EvaluationWorker
-from sampleforge.components.evaluation_hook import TrainingEvaluation
-from sampleforge.components.model_factory import make_actor_critic
+from sampleforge.components.eval_worker import EvaluationEndpoints, EvaluationWorker
 from sampleforge.components.runner import Runner
 from sampleforge.config import ConfigError, make_config
 from sampleforge.envs import resolve_env
 from sampleforge.evaluation import LocalPolicy, run_episodes
+from sampleforge.evaluation.schedule import TrainingEvaluation
+from sampleforge.models.factory import make_actor_critic
 
 
 def _worker(tmp_path, cfg, weights):
     env = gym.make("CartPole-v1")
     inbox, reports = make_queue(), make_queue()
-    worker = EvaluationWorker(cfg=cfg, policy_id=0, env_spec=resolve_env("CartPole-v1"),
-                              observation_space=env.observation_space,
-                              action_space=env.action_space, weights=weights, inbox=inbox,
-                              report_queue=reports, best_dir=str(tmp_path / "best"))
+    endpoints = EvaluationEndpoints(weights=weights, inbox=inbox, report_queue=reports)
+    worker = EvaluationWorker(
+        cfg=cfg,
+        policy_id=0,
+        endpoints=endpoints,
+        env_spec=resolve_env("CartPole-v1"),
+        observation_space=env.observation_space,
+        action_space=env.action_space,
+        best_dir=str(tmp_path / "best"),
+    )
     return worker, inbox, reports
 
 
@@ -52,9 +58,14 @@ def test_worker_evaluates_published_weights_and_keeps_the_best(tmp_path):
     send_many(inbox, [EvaluationRequested(policy_id=0, env_steps=1234)])
     report = _wait_for_report(worker, reports)
     assert report.env_steps == 1234 and report.policy_version == 7 and len(report.returns) == 3
-    expected = run_episodes(LocalPolicy(model=model, observation_space=env.observation_space,
-                                        action_space=env.action_space),
-                            resolve_env("CartPole-v1"), 3, seed=4)
+    expected = run_episodes(
+        LocalPolicy(
+            model=model, observation_space=env.observation_space, action_space=env.action_space
+        ),
+        resolve_env("CartPole-v1"),
+        3,
+        seed=4,
+    )
     assert tuple(report.returns) == expected.returns  # the same episodes, the same weights
     assert report.best_path == str(tmp_path / "best" / "best.pt")
     best = CheckpointStore(tmp_path / "best").load(tmp_path / "best" / "best.pt")
@@ -86,10 +97,20 @@ def test_hook_requests_one_evaluation_per_mark_and_records_it():
     assert receive(inbox, 0.0) == [EvaluationRequested(0, 1500)]
     writer = _Writer()
     hook.on_finished(EvaluationFinished(0, 1500, 3, [1.0, 3.0], [1, 3], 0.5), writer)
-    assert writer.rows == [(1500, {
-        "eval/return_mean": 2.0, "eval/return_std": 1.0, "eval/return_min": 1.0,
-        "eval/return_max": 3.0, "eval/length_mean": 2.0, "eval/policy_version": 3.0,
-        "eval/seconds": 0.5})]
+    assert writer.rows == [
+        (
+            1500,
+            {
+                "eval/return_mean": 2.0,
+                "eval/return_std": 1.0,
+                "eval/return_min": 1.0,
+                "eval/return_max": 3.0,
+                "eval/length_mean": 2.0,
+                "eval/policy_version": 3.0,
+                "eval/seconds": 0.5,
+            },
+        )
+    ]
     hook.maybe_request(2400)  # the next mark is 1500 + 1000
     assert receive(inbox, 0.0) == []
     hook.maybe_request(2600)
@@ -104,10 +125,21 @@ def test_eval_settings_are_validated():
 
 @pytest.mark.timeout(120)
 def test_training_with_evaluation_logs_eval_metrics_and_saves_the_best(tmp_path):
-    cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), experiment="with_eval",
-                      serial_mode=True, num_envs_per_worker=4, seed=1, eval_every_env_steps=1500,
-                      eval_episodes=2, train_for_env_steps=5_000, stop_at_mean_return="inf",
-                      report_every_sec=60, tensorboard=False, device="cpu")
+    cfg = make_config(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        experiment="with_eval",
+        serial_mode=True,
+        num_envs_per_worker=4,
+        seed=1,
+        eval_every_env_steps=1500,
+        eval_episodes=2,
+        train_for_env_steps=5_000,
+        stop_at_mean_return="inf",
+        report_every_sec=60,
+        tensorboard=False,
+        device="cpu",
+    )
     with Runner(cfg) as runner:
         runner.train()
         deadline = time.monotonic() + 20

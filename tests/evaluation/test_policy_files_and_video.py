@@ -48,8 +48,7 @@ def test_experiment_folder_and_checkpoints(tmp_path):
         find_checkpoint(tmp_path, "best_eval")
     weights = _policy(cfg.replace(rnn="gru")).model.state_dict()
     store = CheckpointStore(tmp_path / "checkpoints" / "p0")
-    store.save({"model": weights, "env_steps": 99}, env_steps=99, policy_version=5,
-               mean_return=1.0)
+    store.save({"model": weights, "env_steps": 99}, env_steps=99, policy_version=5, mean_return=1.0)
     saved = load_saved_policy(tmp_path, "best")
     assert saved.cfg.rnn == "gru" and saved.env_steps == 99
     assert find_checkpoint(tmp_path).name == "checkpoint_000000005_99.pt"
@@ -68,12 +67,12 @@ def test_process_pool_gives_the_in_process_results(tmp_path):
     policy = _policy(cfg, seed=5)
     spec = resolve_env("CartPole-v1")
     local = run_episodes(policy, spec, 6, seed=2)
-    pooled = evaluate_in_processes(cfg, spec, policy.model.state_dict(), num_episodes=6,
-                                   num_processes=2, seed=2)
+    pooled = evaluate_in_processes(
+        cfg, spec, policy.model.state_dict(), num_episodes=6, num_processes=2, seed=2
+    )
     assert pooled == local
     with pytest.raises(ValueError, match="num_processes: 0"):
-        evaluate_in_processes(cfg, spec, policy.model.state_dict(), num_episodes=2,
-                              num_processes=0)
+        evaluate_in_processes(cfg, spec, policy.model.state_dict(), num_episodes=2, num_processes=0)
 
 
 def test_video_recorder_writes_every_frame(tmp_path):

@@ -13,10 +13,21 @@ from sampleforge.config import make_config  # noqa: E402
 
 def _cfg(tmp_path, steps):
     # One SGD step per dataset keeps the test short; the atari family's other settings apply.
-    return make_config(env="atari_breakout", experiment="breakout", train_dir=str(tmp_path),
-                       train_for_env_steps=steps, num_workers=2, num_envs_per_worker=4,
-                       rollout=16, batch_size=128, num_batches_per_epoch=1, num_epochs=1,
-                       device="cpu", seed=3, report_every_sec=30)
+    return make_config(
+        env="atari_breakout",
+        experiment="breakout",
+        train_dir=str(tmp_path),
+        train_for_env_steps=steps,
+        num_workers=2,
+        num_envs_per_worker=4,
+        rollout=16,
+        batch_size=128,
+        num_batches_per_epoch=1,
+        num_epochs=1,
+        device="cpu",
+        seed=3,
+        report_every_sec=30,
+    )
 
 
 @pytest.mark.slow

@@ -21,14 +21,25 @@ from sampleforge.components.runner import Runner, TrainingError
 from sampleforge.config import make_config
 from sampleforge.testing import read_marker, register_faulty_env
 
-RUNNER_LOG = "sampleforge.components.runner"
+# The runner's progress (telemetry/run_progress.py) logs each env fault a worker reported.
+RUNNER_LOG = "sampleforge.telemetry.run_progress"
 
 
 def _cfg(tmp_path, env: str, **overrides):
-    settings = dict(env=env, train_dir=str(tmp_path), device="cpu", num_workers=2,
-                    num_envs_per_worker=4, rollout=16, batch_size=64, seed=7,
-                    stop_at_mean_return=float("inf"), report_every_sec=1, tensorboard=False,
-                    train_for_env_steps=3_000)
+    settings = dict(
+        env=env,
+        train_dir=str(tmp_path),
+        device="cpu",
+        num_workers=2,
+        num_envs_per_worker=4,
+        rollout=16,
+        batch_size=64,
+        seed=7,
+        stop_at_mean_return=float("inf"),
+        report_every_sec=1,
+        tensorboard=False,
+        train_for_env_steps=3_000,
+    )
     settings.update(overrides)
     return make_config(**settings)
 
@@ -43,20 +54,25 @@ def _wait_for(condition, timeout: float, interval: float = 0.02) -> bool:
 
 
 def _fault_warnings(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records
-            if r.name == RUNNER_LOG and r.levelno == logging.WARNING
-            and r.getMessage().endswith("(restarted)")]
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == RUNNER_LOG
+        and r.levelno == logging.WARNING
+        and r.getMessage().endswith("(restarted)")
+    ]
 
 
 @pytest.mark.timeout(120)
 def test_env_raising_once_is_restarted_logged_and_counted(tmp_path, caplog):
     marker = tmp_path / "raised.marker"
-    env = register_faulty_env("faulty_raise_once", fault="raise_in_step",
-                              once_marker=str(marker), after_steps=40)
+    env = register_faulty_env(
+        "faulty_raise_once", fault="raise_in_step", once_marker=str(marker), after_steps=40
+    )
     caplog.set_level(logging.WARNING, logger=RUNNER_LOG)
     with Runner(_cfg(tmp_path, env, train_for_env_steps=4_000)) as runner:
         summary = runner.train()
-        faults = runner.env_faults
+        faults = runner.progress.env_faults
     fired = read_marker(marker)
     assert fired is not None, "the env never raised"
     assert summary.stopped_because == "train_for_env_steps" and summary.env_steps >= 4_000
@@ -71,8 +87,9 @@ def test_env_raising_once_is_restarted_logged_and_counted(tmp_path, caplog):
 @pytest.mark.timeout(120)
 def test_env_raising_with_fail_policy_fails_the_run_with_its_error(tmp_path):
     marker = tmp_path / "raised.marker"
-    env = register_faulty_env("faulty_raise_fail", fault="raise_in_step",
-                              once_marker=str(marker), after_steps=40)
+    env = register_faulty_env(
+        "faulty_raise_fail", fault="raise_in_step", once_marker=str(marker), after_steps=40
+    )
     cfg = _cfg(tmp_path, env, env_error_policy="fail", train_for_env_steps=100_000_000)
     with Runner(cfg) as runner:
         runner.start()
@@ -110,11 +127,35 @@ def test_env_raising_with_fail_policy_fails_the_cli_with_exit_code_1(tmp_path):
     marker = tmp_path / "raised.marker"
     script = tmp_path / "train_faulty.py"
     script.write_text(CLI_SCRIPT.format(marker=str(marker)))
-    cmd = [sys.executable, str(script), "train", "--env", "faulty_raise_cli",
-           "--env_error_policy", "fail", "--train_dir", str(tmp_path), "--device", "cpu",
-           "--num_workers", "1", "--num_envs_per_worker", "4", "--rollout", "16",
-           "--batch_size", "64", "--stop_at_mean_return", "inf", "--tensorboard", "false",
-           "--train_for_env_steps", "100000000", "--train_for_seconds", "60"]
+    cmd = [
+        sys.executable,
+        str(script),
+        "train",
+        "--env",
+        "faulty_raise_cli",
+        "--env_error_policy",
+        "fail",
+        "--train_dir",
+        str(tmp_path),
+        "--device",
+        "cpu",
+        "--num_workers",
+        "1",
+        "--num_envs_per_worker",
+        "4",
+        "--rollout",
+        "16",
+        "--batch_size",
+        "64",
+        "--stop_at_mean_return",
+        "inf",
+        "--tensorboard",
+        "false",
+        "--train_for_env_steps",
+        "100000000",
+        "--train_for_seconds",
+        "60",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
     exited_at = time.time()
     fired = read_marker(marker)
@@ -145,8 +186,13 @@ def test_env_that_cannot_be_built_in_workers_fails_with_a_clear_error(tmp_path):
 @pytest.mark.timeout(150)
 def test_env_hanging_in_step_gets_its_worker_replaced(tmp_path):
     marker = tmp_path / "hung.marker"
-    env = register_faulty_env("faulty_hang", fault="hang_in_step", once_marker=str(marker),
-                              after_steps=40, hang_seconds=1000)
+    env = register_faulty_env(
+        "faulty_hang",
+        fault="hang_in_step",
+        once_marker=str(marker),
+        after_steps=40,
+        hang_seconds=1000,
+    )
     timeout = 3.0
     cfg = _cfg(tmp_path, env, env_step_timeout_sec=timeout, train_for_env_steps=100_000_000)
     seen: dict = {}
@@ -161,19 +207,25 @@ def test_env_hanging_in_step_gets_its_worker_replaced(tmp_path):
             seen["fired"] = fired
             name = f"rollout_worker_{fired['worker']}"
             assert runner.host.pids()[name] == fired["pid"]
-            assert _wait_for(lambda: runner.supervisor.restarts["rollout_worker"] >= 1
-                             or abandon.is_set(), timeout + 30), "hang never detected"
+            assert _wait_for(
+                lambda: runner.supervisor.restarts["rollout_worker"] >= 1 or abandon.is_set(),
+                timeout + 30,
+            ), "hang never detected"
             seen["detected"] = time.time() - fired["time"]
-            assert _wait_for(lambda: runner.host.pids()[name] != fired["pid"]
-                             or abandon.is_set(), 30), "no replacement started"
+            assert _wait_for(
+                lambda: runner.host.pids()[name] != fired["pid"] or abandon.is_set(), 30
+            ), "no replacement started"
             # The replacement works: it polls (heartbeat) and its envs step again.
             ledger = runner.wiring.ledger
             beat_after = time.time()
-            assert _wait_for(lambda: float(ledger.heartbeats[fired["worker"]]) > beat_after
-                             or abandon.is_set(), 60), "the replacement never ran"
+            assert _wait_for(
+                lambda: float(ledger.heartbeats[fired["worker"]]) > beat_after or abandon.is_set(),
+                60,
+            ), "the replacement never ran"
             frames = runner.progress.frames_collected
-            assert _wait_for(lambda: runner.progress.frames_collected > frames
-                             or abandon.is_set(), 30)
+            assert _wait_for(
+                lambda: runner.progress.frames_collected > frames or abandon.is_set(), 30
+            )
             seen["replacement_pid"] = runner.host.pids()[name]
         except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
             errors.append(e)
@@ -196,8 +248,10 @@ def test_env_hanging_in_step_gets_its_worker_replaced(tmp_path):
         second = runner.train(until_env_steps=target)
         restarts = dict(runner.supervisor.restarts)
     fired = seen["fired"]
-    print(f"hung at step {fired['step']} of worker {fired['worker']} env {fired['env']}; "
-          f"worker killed and noticed {seen['detected']:.2f} s after the hang began")
+    print(
+        f"hung at step {fired['step']} of worker {fired['worker']} env {fired['env']}; "
+        f"worker killed and noticed {seen['detected']:.2f} s after the hang began"
+    )
     assert seen["detected"] <= timeout + 5
     assert restarts == {"rollout_worker": 1, "inference_worker": 0}
     assert seen["replacement_pid"] != fired["pid"]
@@ -205,14 +259,15 @@ def test_env_hanging_in_step_gets_its_worker_replaced(tmp_path):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("fault,what", [("nan_obs", "non-finite observation"),
-                                        ("inf_reward", "non-finite reward")])
+@pytest.mark.parametrize(
+    "fault,what", [("nan_obs", "non-finite observation"), ("inf_reward", "non-finite reward")]
+)
 def test_non_finite_env_data_never_reaches_the_learner(tmp_path, caplog, fault, what):
     env = register_faulty_env(f"faulty_{fault}", fault=fault, after_steps=5, every=29)
     caplog.set_level(logging.WARNING, logger=RUNNER_LOG)
     with Runner(_cfg(tmp_path, env, train_for_env_steps=4_000)) as runner:
         summary = runner.train()
-        faults = runner.env_faults
+        faults = runner.progress.env_faults
         stats = dict(runner.progress.last_stats)
         versions = dict(runner.progress.policy_version)
     assert summary.env_steps >= 4_000

@@ -21,7 +21,7 @@ NAME = "envpool:Breakout-v5"
 
 
 def _dispatches_to_envpool_split(make_env_split) -> bool:
-    from sampleforge.components.envpool_split import EnvPoolSplit
+    from sampleforge.envs.stepping.envpool_split import EnvPoolSplit
 
     split = make_env_split(
         env_spec=registry.resolve_env(NAME),

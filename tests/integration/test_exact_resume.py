@@ -12,18 +12,27 @@ from pathlib import Path
 
 import torch
 
+from sampleforge.checkpoint.serial_snapshot import SNAPSHOT_FILENAME
 from sampleforge.checkpoint.store import CheckpointStore
 from sampleforge.components.runner import Runner
-from sampleforge.components.serial_snapshot import SNAPSHOT_FILENAME
 from sampleforge.config import make_config
 
 N = 24_576  # 24 learner iterations of 1024 samples
 
 
 def _train(train_dir: Path, steps: int):
-    cfg = make_config(env="CartPole-v1", train_dir=str(train_dir), experiment="exact",
-                      serial_mode=True, seed=7, device="cpu", train_for_env_steps=steps,
-                      stop_at_mean_return=float("inf"), report_every_sec=60, tensorboard=False)
+    cfg = make_config(
+        env="CartPole-v1",
+        train_dir=str(train_dir),
+        experiment="exact",
+        serial_mode=True,
+        seed=7,
+        device="cpu",
+        train_for_env_steps=steps,
+        stop_at_mean_return=float("inf"),
+        report_every_sec=60,
+        tensorboard=False,
+    )
     with Runner(cfg) as runner:
         return runner.train()
 
@@ -40,8 +49,9 @@ def _assert_identical(a: dict, b: dict) -> None:
         assert torch.equal(tensor, b["model"][name]), name
     for param, moments in a["optimizer"]["state"].items():
         for key, value in moments.items():
-            assert torch.equal(torch.as_tensor(value),
-                               torch.as_tensor(b["optimizer"]["state"][param][key])), (param, key)
+            assert torch.equal(
+                torch.as_tensor(value), torch.as_tensor(b["optimizer"]["state"][param][key])
+            ), (param, key)
 
 
 def _differs(a: dict, b: dict) -> bool:

@@ -53,11 +53,16 @@ class StaggeredEnv(MultiAgentEnv):
 
 def _stamp_policy_id(worker, policy_id: int) -> None:
     """The inference worker of `policy_id` acts `policy_id` for every row it serves."""
+
     def act(obs, rnn_states, deterministic=False):
         n = rnn_states.shape[0]
-        return ActOutput(actions=torch.full((n, 1), policy_id, dtype=torch.int64),
-                         log_probs=torch.zeros(n), values=torch.zeros(n),
-                         new_rnn_states=rnn_states)
+        return ActOutput(
+            actions=torch.full((n, 1), policy_id, dtype=torch.int64),
+            log_probs=torch.zeros(n),
+            values=torch.zeros(n),
+            new_rnn_states=rnn_states,
+        )
+
     worker.model.act = act
 
 
@@ -65,22 +70,43 @@ def _record_datasets(learner_worker, into: list) -> None:
     train = learner_worker.learner.train
 
     def recording_train(data, on_sgd_step):
-        into.append({k: v.clone() for k, v in (("actions", data.actions),
-                                                ("valids", data.valids),
-                                                ("policy_ids", data.policy_ids),
-                                                ("obs", data.obs["obs"]))})
+        into.append(
+            {
+                k: v.clone()
+                for k, v in (
+                    ("actions", data.actions),
+                    ("valids", data.valids),
+                    ("policy_ids", data.policy_ids),
+                    ("obs", data.obs["obs"]),
+                )
+            }
+        )
         return train(data, on_sgd_step)
+
     learner_worker.learner.train = recording_train
 
 
 @pytest.mark.timeout(120)
 def test_each_learner_trains_only_on_samples_its_policy_acted(tmp_path):
-    register_env("staggered_multi_agent", lambda ctx: StaggeredEnv(), multi_agent=True,
-                 overwrite=True)
-    cfg = make_config(env="staggered_multi_agent", train_dir=str(tmp_path), serial_mode=True,
-                      num_policies=NUM_POLICIES, num_workers=2, num_envs_per_worker=4,
-                      rollout=8, batch_size=48, num_batches_per_epoch=1, num_epochs=1,
-                      train_for_env_steps=6_000, seed=3, device="cpu", report_every_sec=60)
+    register_env(
+        "staggered_multi_agent", lambda ctx: StaggeredEnv(), multi_agent=True, overwrite=True
+    )
+    cfg = make_config(
+        env="staggered_multi_agent",
+        train_dir=str(tmp_path),
+        serial_mode=True,
+        num_policies=NUM_POLICIES,
+        num_workers=2,
+        num_envs_per_worker=4,
+        rollout=8,
+        batch_size=48,
+        num_batches_per_epoch=1,
+        num_epochs=1,
+        train_for_env_steps=6_000,
+        seed=3,
+        device="cpu",
+        report_every_sec=60,
+    )
     datasets = {p: [] for p in range(NUM_POLICIES)}
     with Runner(cfg) as runner:
         runner.start()

@@ -21,13 +21,25 @@ STEPS_PER_DATASET = EPOCHS * MINIBATCHES
 
 
 def _run(tmp_path, lead):
-    cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), seed=1, device="cpu",
-                      num_workers=2, num_envs_per_worker=32, rollout=32, batch_size=512,
-                      num_batches_per_epoch=MINIBATCHES, num_epochs=EPOCHS,
-                      mlp_hidden_sizes=(256, 256), sampling_lead_sgd_steps=lead,
-                      max_policy_lag=3 * STEPS_PER_DATASET, train_for_env_steps=150_000,
-                      stop_at_mean_return=float("inf"), report_every_sec=1,
-                      tensorboard=False)
+    cfg = make_config(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        seed=1,
+        device="cpu",
+        num_workers=2,
+        num_envs_per_worker=32,
+        rollout=32,
+        batch_size=512,
+        num_batches_per_epoch=MINIBATCHES,
+        num_epochs=EPOCHS,
+        mlp_hidden_sizes=(256, 256),
+        sampling_lead_sgd_steps=lead,
+        max_policy_lag=3 * STEPS_PER_DATASET,
+        train_for_env_steps=150_000,
+        stop_at_mean_return=float("inf"),
+        report_every_sec=1,
+        tensorboard=False,
+    )
     with Runner(cfg) as runner:
         summary = runner.train()
         rows = list(csv.DictReader(open(runner.exp.path / "progress.csv", newline="")))

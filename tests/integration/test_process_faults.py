@@ -39,6 +39,7 @@ from sampleforge.comms.messages import LoadWeights
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.runner import Runner, TrainingError
 from sampleforge.config import make_config
+from sampleforge.testing.ci import unavailable
 from sampleforge.testing.processes import is_alive, process_state
 
 FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
@@ -47,14 +48,25 @@ NOT_SAFE_TO_DIE_IN = ("faster_fifo", "libc.so", "libc-", "ld-linux", "libpthread
 
 pytestmark = pytest.mark.skipif(
     FUTEX is None or not Path(f"/proc/{os.getpid()}/syscall").exists(),
-    reason="needs Linux /proc/<pid>/syscall on x86_64 or aarch64")
+    reason="needs Linux /proc/<pid>/syscall on x86_64 or aarch64",
+)
 
 
 def _cfg(tmp_path, **overrides):
-    settings = dict(env="CartPole-v1", train_dir=str(tmp_path), device="cpu", num_workers=2,
-                    num_envs_per_worker=4, rollout=16, batch_size=64, seed=11,
-                    stop_at_mean_return=float("inf"), report_every_sec=1, tensorboard=False,
-                    train_for_env_steps=100_000_000)
+    settings = dict(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        device="cpu",
+        num_workers=2,
+        num_envs_per_worker=4,
+        rollout=16,
+        batch_size=64,
+        seed=11,
+        stop_at_mean_return=float("inf"),
+        report_every_sec=1,
+        tensorboard=False,
+        train_for_env_steps=100_000_000,
+    )
     settings.update(overrides)
     return make_config(**settings)
 
@@ -94,8 +106,10 @@ def _stop_and_kill_when(pid: int, wanted, timeout: float = 20.0) -> str:
             where = wanted(pid, fields) if _state(pid) == "T" else None
             if where:
                 os.kill(pid, signal.SIGKILL)
-                return (f"{where}; frozen {attempts} times in {time.monotonic() - started:.1f} s "
-                        "to find it there")
+                return (
+                    f"{where}; frozen {attempts} times in {time.monotonic() - started:.1f} s "
+                    "to find it there"
+                )
         except BaseException:
             os.kill(pid, signal.SIGKILL)
             raise
@@ -136,10 +150,12 @@ _MUTEX_OFFSET = 56
 
 def _lock_word(q) -> tuple[int, int]:
     """(locked, owner thread id) of a faster-fifo queue's mutex."""
-    raw = bytes(q.queue_obj_buffer[:_MUTEX_OFFSET + 20])
-    if (struct.unpack_from("N", raw, 0)[0] != q.max_size_bytes
-            or struct.unpack_from("i", raw, _MUTEX_OFFSET + 16)[0] != 128):
-        pytest.skip("unknown faster-fifo Queue layout: cannot read its lock")
+    raw = bytes(q.queue_obj_buffer[: _MUTEX_OFFSET + 20])
+    if (
+        struct.unpack_from("N", raw, 0)[0] != q.max_size_bytes
+        or struct.unpack_from("i", raw, _MUTEX_OFFSET + 16)[0] != 128
+    ):
+        unavailable("unknown faster-fifo Queue layout: cannot read its lock")
     locked, _, owner = struct.unpack_from("iIi", raw, _MUTEX_OFFSET)
     return locked, owner
 
@@ -150,20 +166,41 @@ def _kill_holding_the_lock_of(pid: int, q, other_queues: list) -> str:
     differ from the sizes of `other_queues`) and kills it there."""
     gdb = shutil.which("gdb")
     if gdb is None or platform.machine() != "x86_64":
-        pytest.skip("needs gdb on x86_64 to stop a process inside a queue operation")
+        unavailable("needs gdb on x86_64 to stop a process inside a queue operation")
     _lock_word(q)  # skips on an unknown layout
     if q.max_size_bytes in {o.max_size_bytes for o in other_queues}:
-        pytest.skip("the queue cannot be told apart from the others by its size")
-    condition = (f"*(unsigned long *)($rdi - {_MUTEX_OFFSET}) == {q.max_size_bytes} "
-                 "&& *(int *)($rdi + 16) == 128")
+        unavailable("the queue cannot be told apart from the others by its size")
+    condition = (
+        f"*(unsigned long *)($rdi - {_MUTEX_OFFSET}) == {q.max_size_bytes} "
+        "&& *(int *)($rdi + 16) == 128"
+    )
     t0 = time.monotonic()
     gdb_run = subprocess.run(
-        [gdb, "-nx", "-batch", "-iex", "set auto-solib-add off", "-p", str(pid),
-         "-ex", "set pagination off", "-ex", "sharedlibrary libc[.]so",
-         "-ex", f"break pthread_mutex_unlock if {condition}", "-ex", "continue", "-ex", "kill"],
-        capture_output=True, text=True, timeout=90)
+        [
+            gdb,
+            "-nx",
+            "-batch",
+            "-iex",
+            "set auto-solib-add off",
+            "-p",
+            str(pid),
+            "-ex",
+            "set pagination off",
+            "-ex",
+            "sharedlibrary libc[.]so",
+            "-ex",
+            f"break pthread_mutex_unlock if {condition}",
+            "-ex",
+            "continue",
+            "-ex",
+            "kill",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     if _alive(pid):
-        pytest.skip(f"gdb could not stop pid {pid}: {gdb_run.stderr.strip()[-300:]}")
+        unavailable(f"gdb could not stop pid {pid}: {gdb_run.stderr.strip()[-300:]}")
     # Whether it died holding the lock is for the caller to check: the runner releases it (and
     # says so) within a fraction of a second, so the lock word may already be clear here.
     return f"holding the queue's lock (stopped and killed by gdb in {time.monotonic() - t0:.1f} s)"
@@ -171,9 +208,11 @@ def _kill_holding_the_lock_of(pid: int, q, other_queues: list) -> str:
 
 def _released_locks(caplog, name: str) -> list[str]:
     """Queues whose lock the runner released after `name` died holding it."""
-    return [r.getMessage().split("lock of queue ")[1].split(";")[0] for r in caplog.records
-            if r.getMessage().startswith(f"{name} (pid") and "died holding the lock" in
-            r.getMessage()]
+    return [
+        r.getMessage().split("lock of queue ")[1].split(";")[0]
+        for r in caplog.records
+        if r.getMessage().startswith(f"{name} (pid") and "died holding the lock" in r.getMessage()
+    ]
 
 
 # --- the runner in the background -----------------------------------------------------------------
@@ -231,7 +270,7 @@ class BackgroundRun:
 
     def kill_children(self) -> None:
         host = self.runner.host
-        for pid in (host.pids().values() if host is not None else []):
+        for pid in host.pids().values() if host is not None else []:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
@@ -249,10 +288,10 @@ class BackgroundRun:
 
     def wait_until_training(self, min_env_steps: int = 500) -> None:
         p = self.runner.progress
-        started = self.wait(lambda: self.runner.supervisor is not None, 120)
+        started = self.wait(lambda: self.runner.started, 120)
         assert started and self.wait(
-            lambda: p.total_env_steps >= min_env_steps and p.frames_collected > 0, 90), \
-            f"training never got under way: {self.error!r}"
+            lambda: p.total_env_steps >= min_env_steps and p.frames_collected > 0, 90
+        ), f"training never got under way: {self.error!r}"
 
     def frames_grow(self, by: int, timeout: float) -> bool:
         p = self.runner.progress
@@ -265,11 +304,15 @@ def _survive_then_train_to_a_target(runner: Runner, run: BackgroundRun) -> dict:
     first = runner.train(seconds=150, callback=run.keep_training)
     target = runner.progress.total_env_steps + 3_000
     second = runner.train(until_env_steps=target)
-    return {"first": first, "second": second, "target": target,
-            "restarts": dict(runner.supervisor.restarts),
-            "alive": {n: p.is_alive() for n, p in runner.host.processes.items()},
-            "generations": runner.wiring.ledger.generations.tolist(),
-            "slots": _account_for_slots(runner)}
+    return {
+        "first": first,
+        "second": second,
+        "target": target,
+        "restarts": dict(runner.supervisor.restarts),
+        "alive": {n: p.is_alive() for n, p in runner.host.processes.items()},
+        "generations": runner.wiring.ledger.generations.tolist(),
+        "slots": _account_for_slots(runner),
+    }
 
 
 def _account_for_slots(runner: Runner, timeout: float = 15.0) -> dict:
@@ -282,13 +325,13 @@ def _account_for_slots(runner: Runner, timeout: float = 15.0) -> dict:
     deadline = time.monotonic() + timeout
     try:
         while True:
-            free += receive(wiring.free_slots, 0.0)
+            free += receive(wiring.slots.free_queue, 0.0)
             owned = {s: int(owners[s]) for s in range(num_slots) if int(owners[s]) >= 0}
             if len(set(free) | set(owned)) >= num_slots or time.monotonic() > deadline:
                 return {"num_slots": num_slots, "free": list(free), "owned": owned}
             time.sleep(0.05)
     finally:
-        send_many(wiring.free_slots, list(free))
+        send_many(wiring.slots.free_queue, list(free))
 
 
 def _assert_slots_restored(slots: dict, workers: int) -> None:
@@ -296,8 +339,9 @@ def _assert_slots_restored(slots: dict, workers: int) -> None:
     assert set(owned.values()) <= set(range(workers)), owned
     assert len(free) == len(set(free)), f"a slot is in the free queue twice: {sorted(free)}"
     assert not set(free) & set(owned), "a slot is both free and owned"
-    assert set(free) | set(owned) == set(range(num_slots)), \
+    assert set(free) | set(owned) == set(range(num_slots)), (
         f"lost slots: {sorted(set(range(num_slots)) - set(free) - set(owned))}"
+    )
 
 
 # --- rollout workers ------------------------------------------------------------------------------
@@ -310,18 +354,27 @@ def _kill_rollout_worker(run: BackgroundRun, k: int) -> dict:
     old = runner.host.pids()[name]
     where = (_kill_while_waiting_on_a_queue if k % 2 == 0 else _kill_outside_queue_ops)(old)
     t0 = time.monotonic()
-    assert run.wait(lambda: runner.supervisor.restarts["rollout_worker"] >= k + 1, 10), \
+    assert run.wait(lambda: runner.supervisor.restarts["rollout_worker"] >= k + 1, 10), (
         f"death {k + 1} ({name}) never noticed"
+    )
     noticed = time.monotonic() - t0
     assert run.wait(lambda: runner.host.pids()[name] != old, 30), f"{name} not replaced"
     new = runner.host.pids()[name]
     replaced = time.monotonic() - t0
     beat_after = time.time()
-    assert run.wait(lambda: float(runner.wiring.ledger.heartbeats[worker]) > beat_after, 60), \
+    assert run.wait(lambda: float(runner.wiring.ledger.heartbeats[worker]) > beat_after, 60), (
         f"the replacement of {name} never ran"
+    )
     assert run.frames_grow(1_000, 60), "sampling stalled after the replacement"
-    return dict(name=name, old=old, new=new, where=where, noticed=noticed, replaced=replaced,
-                running=time.monotonic() - t0)
+    return dict(
+        name=name,
+        old=old,
+        new=new,
+        where=where,
+        noticed=noticed,
+        replaced=replaced,
+        running=time.monotonic() - t0,
+    )
 
 
 @pytest.mark.timeout(180)
@@ -333,9 +386,11 @@ def test_sigkilled_rollout_workers_are_replaced_and_their_slots_reclaimed(tmp_pa
         raise run.error
     out = run.result
     for k, r in enumerate(kills):
-        print(f"kill {k + 1} ({r['name']}, {r['where']}): death noticed in {r['noticed']:.2f} s, "
-              f"replacement started in {r['replaced']:.2f} s, sampling again in "
-              f"{r['running']:.2f} s")
+        print(
+            f"kill {k + 1} ({r['name']}, {r['where']}): death noticed in {r['noticed']:.2f} s, "
+            f"replacement started in {r['replaced']:.2f} s, sampling again in "
+            f"{r['running']:.2f} s"
+        )
     assert all(r["noticed"] < 2 for r in kills), kills
     assert all(r["new"] != r["old"] and not _alive(r["old"]) for r in kills), kills
     assert out["first"].stopped_because == "callback"
@@ -355,8 +410,9 @@ def _drill_inference_kill(run: BackgroundRun, kill, resume_timeout: float = 30) 
     old = runner.host.pids()[name]
     where = kill(old)
     t0 = time.monotonic()
-    assert run.wait(lambda: runner.supervisor.restarts["inference_worker"] >= 1, 10), \
+    assert run.wait(lambda: runner.supervisor.restarts["inference_worker"] >= 1, 10), (
         "death never noticed"
+    )
     noticed = time.monotonic() - t0
     # Frames stepped before the kill may be reported up to ~1 s later (sampler reports are 1 s
     # apart): only growth beyond what had been reported 1.5 s after the kill counts.
@@ -364,11 +420,13 @@ def _drill_inference_kill(run: BackgroundRun, kill, resume_timeout: float = 30) 
     stalled = p.frames_collected
     resumed = run.wait(lambda: p.frames_collected > stalled, resume_timeout)
     resumed_in = time.monotonic() - t0
-    assert resumed, (f"sampling never resumed after the inference worker was killed ({where}) "
-                     "and replaced")
+    assert resumed, (
+        f"sampling never resumed after the inference worker was killed ({where}) and replaced"
+    )
     assert run.frames_grow(1_000, 30), "sampling stalled again"
-    return dict(old=old, new=runner.host.pids()[name], where=where, noticed=noticed,
-                resumed=resumed_in)
+    return dict(
+        old=old, new=runner.host.pids()[name], where=where, noticed=noticed, resumed=resumed_in
+    )
 
 
 @pytest.mark.timeout(150)
@@ -378,8 +436,10 @@ def test_sigkilled_inference_worker_is_replaced_and_sampling_resumes(tmp_path):
     if run.error is not None:
         raise run.error
     out = run.result
-    print(f"inference worker killed ({drill['where']}): death noticed in "
-          f"{drill['noticed']:.2f} s, frames flowing again {drill['resumed']:.2f} s after the kill")
+    print(
+        f"inference worker killed ({drill['where']}): death noticed in "
+        f"{drill['noticed']:.2f} s, frames flowing again {drill['resumed']:.2f} s after the kill"
+    )
     assert drill["noticed"] < 2
     assert drill["resumed"] < 5
     assert drill["new"] != drill["old"] and out["alive"]["inference_worker_p0_0"]
@@ -395,8 +455,11 @@ def test_inference_worker_sigkilled_holding_the_request_queue_lock_is_replaced(t
     # would block in send_many(InferenceRequested) and the replacement in receive() for ever.
     def kill(pid: int) -> str:
         wiring = run.runner.wiring
-        others = [wiring.report_queue, *[i for w in wiring.rollout_inboxes for i in w],
-                  *[s.control_queue for s in wiring.specs if s.name.startswith("inference")]]
+        others = [
+            wiring.report_queue,
+            *[i for w in wiring.rollout_inboxes for i in w],
+            *[s.control_queue for s in wiring.specs if s.name.startswith("inference")],
+        ]
         return _kill_holding_the_lock_of(pid, wiring.inference_queues[0].queue, others)
 
     with BackgroundRun(_cfg(tmp_path), _survive_then_train_to_a_target) as run:
@@ -440,8 +503,7 @@ def test_sigkilled_learner_fails_the_run_and_leaves_the_checkpoint_intact(tmp_pa
 
 
 @pytest.mark.timeout(180)
-def test_learner_sigkilled_holding_the_report_queue_lock_cannot_wedge_the_runner(tmp_path,
-                                                                                 caplog):
+def test_learner_sigkilled_holding_the_report_queue_lock_cannot_wedge_the_runner(tmp_path, caplog):
     # The runner's own loop reads the report queue: blocked on the dead learner's lock, only
     # its exit watcher thread can release it so that the death is noticed at all.
     with BackgroundRun(_cfg(tmp_path), _train_until_it_fails) as run:
@@ -449,8 +511,11 @@ def test_learner_sigkilled_holding_the_report_queue_lock_cannot_wedge_the_runner
         run.wait_until_training()
         wiring = runner.wiring
         others = [q for name, q in wiring.queues().items() if name != "reports"]
-        where = _kill_holding_the_lock_of(runner.host.pids()["learner_p0"], wiring.report_queue,
-                                          [getattr(q, "queue", q) for q in others])
+        where = _kill_holding_the_lock_of(
+            runner.host.pids()["learner_p0"],
+            wiring.report_queue,
+            [getattr(q, "queue", q) for q in others],
+        )
         killed_at = time.monotonic()
         run.wait(lambda: run.error is not None, 15)
     assert isinstance(run.error, TrainingError), f"expected TrainingError, got {run.error!r}"
@@ -474,6 +539,8 @@ def test_exception_in_the_learner_fails_the_run_with_its_error(tmp_path):
     message = str(run.error)
     print(f"learner exception -> TrainingError in {elapsed:.2f} s: {message.splitlines()[0][:120]}")
     assert elapsed < 2
-    assert message.startswith("learner_p0 failed: RuntimeError: learner_p0: incoming weights "
-                              "are at version -1, expected 7")  # the learner's own exception
+    assert message.startswith(
+        "learner_p0 failed: RuntimeError: learner_p0: incoming weights "
+        "are at version -1, expected 7"
+    )  # the learner's own exception
     assert "Traceback" in message and "_load_incoming_weights" in message  # with its traceback

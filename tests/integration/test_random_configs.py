@@ -55,10 +55,18 @@ def configs(draw) -> dict:
 @given(overrides=configs())
 def test_config_trains_or_is_refused_with_config_error(tmp_path_factory, overrides):
     try:
-        cfg = make_config(env="CartPole-v1", serial_mode=True, device="cpu",
-                          train_dir=str(tmp_path_factory.mktemp("run")), num_workers=1,
-                          train_for_env_steps=600, stop_at_mean_return=math.inf,
-                          report_every_sec=60, save_every_sec=600, **overrides)
+        cfg = make_config(
+            env="CartPole-v1",
+            serial_mode=True,
+            device="cpu",
+            train_dir=str(tmp_path_factory.mktemp("run")),
+            num_workers=1,
+            train_for_env_steps=600,
+            stop_at_mean_return=math.inf,
+            report_every_sec=60,
+            save_every_sec=600,
+            **overrides,
+        )
         runner = Runner(cfg)
     except ConfigError:
         event("refused")

@@ -31,10 +31,28 @@ def _rows(csv: Path) -> int:
 
 
 def _start(train_dir: Path, experiment: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "sampleforge.cli.main", "train", "--env", "CartPole-v1",
-           "--train_dir", str(train_dir), "--experiment", experiment, "--device", "cpu",
-           "--stop_at_mean_return", "inf", "--train_for_env_steps", "100000000",
-           "--report_every_sec", "1", "--save_every_sec", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "sampleforge.cli.main",
+        "train",
+        "--env",
+        "CartPole-v1",
+        "--train_dir",
+        str(train_dir),
+        "--experiment",
+        experiment,
+        "--device",
+        "cpu",
+        "--stop_at_mean_return",
+        "inf",
+        "--train_for_env_steps",
+        "100000000",
+        "--report_every_sec",
+        "1",
+        "--save_every_sec",
+        "2",
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -61,8 +79,7 @@ def _latest(checkpoints: Path) -> tuple[int, int] | None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("signum,exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, signum,
-                                                                      exit_code):
+def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, signum, exit_code):
     shm_before = set(os.listdir("/dev/shm"))
     proc = _start(tmp_path, "sig")
     children = _wait_training(proc, tmp_path / "sig" / "progress.csv", rows=2)
@@ -87,8 +104,13 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, 
     assert checkpoint_info(Path(final.group(1))) == (version, env_steps)
     assert all(steps <= env_steps for _, steps in periodic_before.values()), periodic_before
 
-    cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), experiment="sig",
-                      device="cpu", stop_at_mean_return=float("inf"))
+    cfg = make_config(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        experiment="sig",
+        device="cpu",
+        stop_at_mean_return=float("inf"),
+    )
     with Runner(cfg) as resumed:
         resumed.start()
         assert resumed.progress.env_steps[0] == env_steps
@@ -149,8 +171,13 @@ def test_sigkill_of_the_runner_takes_its_children_along(tmp_path):
     assert set(os.listdir("/dev/shm")) - shm_before == set()
     # The next start resumes from the last periodic checkpoint.
     version, env_steps = _latest(tmp_path / "killed" / "checkpoints" / "p0")
-    cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), experiment="killed",
-                      device="cpu", stop_at_mean_return=float("inf"))
+    cfg = make_config(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        experiment="killed",
+        device="cpu",
+        stop_at_mean_return=float("inf"),
+    )
     with Runner(cfg) as resumed:
         resumed.start()
         assert resumed.progress.env_steps[0] == env_steps > 0

@@ -18,9 +18,16 @@ SOLVED = 475  # gymnasium's reward_threshold for CartPole-v1
 
 
 def _train(tmp_path, budget=BUDGET, **overrides):
-    cfg = make_config(env="CartPole-v1", train_dir=str(tmp_path), train_for_env_steps=budget,
-                      stop_at_mean_return=SOLVED, seed=1, device="cpu", report_every_sec=30,
-                      **overrides)
+    cfg = make_config(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        train_for_env_steps=budget,
+        stop_at_mean_return=SOLVED,
+        seed=1,
+        device="cpu",
+        report_every_sec=30,
+        **overrides,
+    )
     with Runner(cfg) as runner:
         return runner.train()
 

@@ -52,8 +52,14 @@ def test_conv_policy_learns_doom_basic(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the engine creates ./_vizdoom in its working directory
     # Nothing but the doom family's settings (the defaults' 2 workers, rollout 32).
     cfg = make_config(
-        env="doom_basic", train_dir=str(tmp_path / "train_dir"), train_for_env_steps=BUDGET,
-        stop_at_mean_return=TARGET, seed=1, device="cpu", report_every_sec=30)
+        env="doom_basic",
+        train_dir=str(tmp_path / "train_dir"),
+        train_for_env_steps=BUDGET,
+        stop_at_mean_return=TARGET,
+        seed=1,
+        device="cpu",
+        report_every_sec=30,
+    )
     assert config_sources(cfg)["activation"] == "family" and cfg.normalize_returns
     with Runner(cfg) as runner:
         summary = runner.train()

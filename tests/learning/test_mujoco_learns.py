@@ -35,9 +35,15 @@ pytestmark = pytest.mark.skipif(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_the_continuous_family_solves_inverted_pendulum(tmp_path):
-    cfg = make_config(env="InvertedPendulum-v5", train_dir=str(tmp_path),
-                      train_for_env_steps=BUDGET, stop_at_mean_return=TARGET, seed=1,
-                      device="cpu", report_every_sec=30)
+    cfg = make_config(
+        env="InvertedPendulum-v5",
+        train_dir=str(tmp_path),
+        train_for_env_steps=BUDGET,
+        stop_at_mean_return=TARGET,
+        seed=1,
+        device="cpu",
+        report_every_sec=30,
+    )
     assert config_sources(cfg)["num_epochs"] == "family"
     assert cfg.num_epochs == mujoco_preset()["num_epochs"] and cfg.normalize_returns
     with Runner(cfg) as runner:

@@ -22,9 +22,17 @@ BUDGET = 800_000  # CartPole itself, normalised: 277k-500k steps (seeds 1-3)
 @pytest.mark.timeout(300)
 def test_cartpole_with_rewards_times_1000_is_solved_with_return_normalisation(tmp_path):
     name = register_scaled_cartpole("cartpole_rewards_x1000", SCALE)
-    cfg = make_config(env=name, train_dir=str(tmp_path), normalize_returns=True,
-                      reward_scale=1.0, train_for_env_steps=BUDGET, stop_at_mean_return=SOLVED,
-                      seed=3, device="cpu", report_every_sec=30)
+    cfg = make_config(
+        env=name,
+        train_dir=str(tmp_path),
+        normalize_returns=True,
+        reward_scale=1.0,
+        train_for_env_steps=BUDGET,
+        stop_at_mean_return=SOLVED,
+        seed=3,
+        device="cpu",
+        report_every_sec=30,
+    )
     with Runner(cfg) as runner:
         summary = runner.train()
     assert summary.stopped_because == "stop_at_mean_return", summary

@@ -27,17 +27,27 @@ BUDGET = 2_500_000
 
 def _wins(cfg, state_dict=None) -> float:
     info = env_info("duel_vs_bot")
-    policy = LocalPolicy.build(cfg, info.observation_space, info.action_space,
-                               state_dict=state_dict)
+    policy = LocalPolicy.build(
+        cfg, info.observation_space, info.action_space, state_dict=state_dict
+    )
     return play_matches(policy, resolve_env("duel_vs_bot"), matches=100, seed=1000).wins
 
 
 @pytest.mark.benchmark
 @pytest.mark.timeout(1200)
 def test_a_self_play_population_beats_the_scripted_bot(tmp_path):
-    with APPO("duel", preset="duel", num_policies=4, with_pbt=True,
-              pbt_period_env_steps=250_000, num_frozen_opponents=2, serial_mode=True,
-              seed=1, device="cpu", train_dir=str(tmp_path)) as algo:
+    with APPO(
+        "duel",
+        preset="duel",
+        num_policies=4,
+        with_pbt=True,
+        pbt_period_env_steps=250_000,
+        num_frozen_opponents=2,
+        serial_mode=True,
+        seed=1,
+        device="cpu",
+        train_dir=str(tmp_path),
+    ) as algo:
         untrained = _wins(algo.cfg)
         algo.train(BUDGET)
         wins = {p: _wins(algo.cfg, weights) for p, weights in algo.get_parameters().items()}

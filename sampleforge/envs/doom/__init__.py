@@ -10,10 +10,13 @@ It must not: hold environment logic (see the modules below) or import optional d
 
 Modules: ``scenarios.py`` (names -> .cfg files, action set, frameskip, bots, shaping),
 ``actions.py`` (action spaces), ``measurements.py`` (HUD vector), ``reward_shaping.py``,
-``doom_env.py`` (the gymnasium.Env and ``make_doom_env``), ``duel.py`` (``doom_duel``).
+``doom_env.py`` (the gymnasium.Env and ``make_doom_env``), ``engine_ipc.py`` (cleanup in
+``/dev/shm``), and for ``doom_duel``: ``duel_env.py`` (the MultiAgentEnv), ``duel_seats.py``
+(starting, talking to and stopping its seat processes) and ``duel_seat_server.py`` (the game
+loop inside a seat process).
 
-``doom_duel`` is the paper's self-play duel: two game instances joined over UDP on the loopback
-interface, advancing in lockstep, one agent seat per instance (``duel.py``).
+``doom_duel`` is the paper's self-play duel: two game instances joined over UDP (the joiner
+connects through the loopback interface), advancing in lockstep, one agent seat per instance.
 """
 
 from __future__ import annotations
@@ -22,12 +25,8 @@ from functools import partial
 
 from sampleforge.envs.doom.actions import AIM_DEGREES, HEAD_NAMES, HEAD_SIZES
 from sampleforge.envs.doom.doom_env import INSTALL_HINT, DoomEnv, make_doom_env
-from sampleforge.envs.doom.duel import (
-    DoomDuelConnectionError,
-    DoomDuelEnv,
-    DoomDuelError,
-    make_doom_duel,
-)
+from sampleforge.envs.doom.duel_env import DoomDuelEnv, make_doom_duel
+from sampleforge.envs.doom.duel_seats import DoomDuelConnectionError, DoomDuelError
 from sampleforge.envs.doom.measurements import MEASUREMENT_NAMES
 from sampleforge.envs.doom.reward_shaping import (
     DoomRewardShaping,
@@ -76,7 +75,7 @@ def _register_doom_scenarios() -> None:
             frameskip=scenario.frameskip,
             description=f"VizDoom: {scenario.description}",
         )
-    # Two seats, one game instance each (duel.py); the same frameskip as the bot deathmatch.
+    # Two seats, one game instance each (duel_env.py); the same frameskip as the bot deathmatch.
     register_env(
         "doom_duel",
         make_doom_duel,

@@ -12,6 +12,7 @@ from sampleforge.algo.actor_critic_loss import (
     ALGORITHMS,
     LossOutput,
     LossSettings,
+    Rollout,
     actor_critic_loss,
 )
 from sampleforge.algo.gae import gae_advantages, n_step_returns
@@ -54,7 +55,7 @@ def run(settings: LossSettings, batch: dict, valids=None) -> tuple[LossOutput, d
     inputs = {k: v.clone() for k, v in batch.items()}
     for key in ("log_probs", "entropy", "values"):
         inputs[key].requires_grad_(True)
-    out = actor_critic_loss(settings=settings, valids=valids, **inputs)
+    out = actor_critic_loss(settings, Rollout(valids=valids, **inputs))
     out.total.backward()
     grads = {key: inputs[key].grad for key in ("log_probs", "entropy", "values")}
     return out, grads
@@ -103,7 +104,7 @@ def test_invalid_algorithm_raises_with_name() -> None:
     smuggled = LossSettings(algorithm="appo")
     object.__setattr__(smuggled, "algorithm", "reinforce")
     with pytest.raises(ValueError, match="reinforce"):
-        actor_critic_loss(settings=smuggled, **make_batch())
+        actor_critic_loss(smuggled, Rollout(**make_batch()))
 
 
 @pytest.mark.parametrize(
@@ -311,6 +312,6 @@ def test_bootstrap_row_gets_no_gradient() -> None:
 def test_shape_errors() -> None:
     batch = make_batch()
     with pytest.raises(ValueError, match="values"):
-        actor_critic_loss(settings=SETTINGS["appo"], **dict(batch, values=batch["values"][:-1]))
+        actor_critic_loss(SETTINGS["appo"], Rollout(**dict(batch, values=batch["values"][:-1])))
     with pytest.raises(ValueError, match="valids"):
-        actor_critic_loss(settings=SETTINGS["a3c"], valids=torch.ones(T + 1, B), **batch)
+        actor_critic_loss(SETTINGS["a3c"], Rollout(valids=torch.ones(T + 1, B), **batch))

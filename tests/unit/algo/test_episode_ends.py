@@ -3,7 +3,7 @@
 The env split writes a truncation at step t as `dones[t] = 0` with the true final observation
 at t + 1, followed by a reset step (`dones = 1`, `valids = 0`, reward 0) whose value is therefore
 V(final observation); a termination is `dones[t] = 1` with the next episode's first observation
-at t + 1 (`sampleforge.components.env_split`). The references below know nothing of that
+at t + 1 (`sampleforge.envs.stepping.env_split`). The references below know nothing of that
 encoding: they are written in terms of episodes, with terminal value 0 after a termination and
 V(final observation) after a truncation.
 """
@@ -77,8 +77,11 @@ def _reference_vtrace(r: dict, rho_bar: float, c_bar: float) -> tuple[dict, dict
             v_s, coef = float(r["values"][s, b]), 1.0
             for t in _episode_steps(b, s):
                 rho = min(rho_bar, float(ratio[t, b]))
-                delta = rho * (float(r["rewards"][t, b]) + GAMMA * _value_after(r, t, b)
-                               - float(r["values"][t, b]))
+                delta = rho * (
+                    float(r["rewards"][t, b])
+                    + GAMMA * _value_after(r, t, b)
+                    - float(r["values"][t, b])
+                )
                 v_s += coef * delta
                 coef *= GAMMA * min(c_bar, float(ratio[t, b]))
             vs[s, b] = v_s
@@ -103,8 +106,11 @@ def _reference_gae(r: dict, lambda_: float) -> dict:
                 continue
             total, coef = 0.0, 1.0
             for t in _episode_steps(b, s):
-                delta = (float(r["rewards"][t, b]) + GAMMA * _value_after(r, t, b)
-                         - float(r["values"][t, b]))
+                delta = (
+                    float(r["rewards"][t, b])
+                    + GAMMA * _value_after(r, t, b)
+                    - float(r["values"][t, b])
+                )
                 total += coef * delta
                 coef *= GAMMA * lambda_
             advantages[s, b] = total
@@ -129,12 +135,17 @@ def test_vtrace_bootstraps_truncations_and_not_terminations(seed, rho_bar, c_bar
 def test_gae_bootstraps_truncations_and_not_terminations(seed, lambda_):
     r = _rollout(seed)
     advantages, returns = gae_advantages(
-        rewards=r["rewards"], values=r["values"], bootstrap_value=r["bootstrap_value"],
-        dones=r["dones"], gamma=GAMMA, lambda_=lambda_, valids=r["valids"])
+        rewards=r["rewards"],
+        values=r["values"],
+        bootstrap_value=r["bootstrap_value"],
+        dones=r["dones"],
+        gamma=GAMMA,
+        lambda_=lambda_,
+        valids=r["valids"],
+    )
     for (s, b), expected in _reference_gae(r, lambda_).items():
         assert float(advantages[s, b]) == pytest.approx(expected, abs=1e-9), (s, b)
-        assert float(returns[s, b]) == pytest.approx(expected + float(r["values"][s, b]),
-                                                     abs=1e-9)
+        assert float(returns[s, b]) == pytest.approx(expected + float(r["values"][s, b]), abs=1e-9)
     assert (advantages[r["valids"] == 0] == 0).all()
 
 

@@ -1,16 +1,74 @@
-"""Pure simulation (bench/measure.py) counts agent steps of single- and multi-agent envs."""
+"""compute_costs (bench/measure.py) measures what training runs: the env as a rollout worker
+steps it, and the model on the training device."""
 
-from __future__ import annotations
+import numpy as np
+import pytest
+import torch
 
-from sampleforge.bench.measure import _simulate
+from sampleforge.bench import measure
+from sampleforge.config import make_config
 from sampleforge.envs.registry import resolve_env
 
 
-def test_pure_simulation_steps_a_multi_agent_env_and_counts_every_seat():
-    # It raised IndexError on duel (a MultiAgentEnv) before.
-    steps = _simulate(resolve_env("duel"), num_envs=2, seconds=0.5, index=0)
-    assert steps > 0 and steps % 2 == 0  # duel has two seats
+class _FakeSplit:
+    """Stands in for an EnvPool split: records how it was built and how it is stepped."""
+
+    built: list[dict] = []
+
+    def __init__(self, **kwargs):
+        _FakeSplit.built.append(kwargs)
+        self.num_rows = kwargs["num_envs"]
+        self.steps = 0
+        self.closed = False
+
+    def reset_all(self, next_obs):
+        assert next_obs["obs"].shape[0] == self.num_rows
+
+    def step(self, actions, targets):
+        assert actions.shape == (self.num_rows, 1) and targets.rewards.shape == (self.num_rows,)
+        self.steps += 1
+
+    def close(self):
+        self.closed = True
 
 
-def test_pure_simulation_steps_a_gymnasium_env():
-    assert _simulate(resolve_env("CartPole-v1"), num_envs=2, seconds=0.3, index=0) > 100
+def test_an_envpool_env_is_measured_with_the_batch_of_one_training_split(monkeypatch):
+    monkeypatch.setattr(measure, "is_envpool_spec", lambda spec: True)
+    monkeypatch.setattr(measure, "make_env_split", lambda **kw: _FakeSplit(**kw))
+    _FakeSplit.built = []
+    cfg = make_config(env="CartPole-v1", num_envs_per_worker=24, worker_num_splits=2)
+    stepper = measure._EnvStepper(cfg, resolve_env("CartPole-v1"))
+    seconds_per_step = stepper(0.05)
+    stepper.close()
+    (built,) = _FakeSplit.built
+    assert built["num_envs"] == 12  # 24 envs in 2 splits, as a rollout worker has them
+    assert stepper.split.steps > 0 and stepper.split.closed
+    assert seconds_per_step > 0 and np.isfinite(seconds_per_step)
+
+
+def test_other_envs_are_stepped_one_by_one_as_in_a_rollout_worker():
+    cfg = make_config(env="CartPole-v1")
+    stepper = measure._EnvStepper(cfg, resolve_env("CartPole-v1"))
+    assert stepper.split is None and 0 < stepper(0.05) < 1e-3
+
+
+def test_costs_say_where_the_model_was_measured():
+    cfg = make_config(env="CartPole-v1", device="cpu")
+    assert measure.compute_costs(cfg, 4, seconds=0.2, rounds=1).device == "cpu"
+
+
+@pytest.mark.gpu
+def test_model_costs_are_measured_on_the_training_gpu(monkeypatch):
+    seen = []
+    original = measure.Learner
+
+    def learner(*args, **kwargs):
+        made = original(*args, **kwargs)
+        seen.append(next(made.model.parameters()).device.type)
+        return made
+
+    monkeypatch.setattr(measure, "Learner", learner)
+    cfg = make_config(env="CartPole-v1", device="cuda")
+    costs = measure.compute_costs(cfg, 32, seconds=0.5, rounds=1)
+    assert costs.device.startswith("cuda") and seen == ["cuda"]
+    assert torch.cuda.is_available()

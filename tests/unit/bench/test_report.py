@@ -4,18 +4,35 @@ import json
 
 from sampleforge.bench.report import BenchReport
 
-STABLE_KEYS = {"pure_sim_fps", "compute_limit_fps", "train_fps", "train_over_pure_sim",
-               "train_over_compute_limit", "mean_policy_lag", "num_envs", "env",
-               "sgd_steps_per_1000_samples"}
+STABLE_KEYS = {
+    "pure_sim_fps",
+    "compute_limit_fps",
+    "train_fps",
+    "train_over_pure_sim",
+    "train_over_compute_limit",
+    "mean_policy_lag",
+    "num_envs",
+    "env",
+    "sgd_steps_per_1000_samples",
+}
 
 
 def _report(**overrides) -> BenchReport:
-    values = dict(env="CartPole-v1", num_envs=96, cores=2, frameskip=1, pure_sim_fps=200_000.0,
-                  compute_limit_fps=100_000.0, train_fps=50_000.0, mean_policy_lag=7.0,
-                  sgd_steps_per_1000_samples=15.625,
-                  inference_batch_size=47.0,
-                  costs_us={"env_step": 7.0, "inference": 3.0, "learner": 5.0},
-                  memory_mb=960.0, bottleneck="learner-bound")
+    values = dict(
+        env="CartPole-v1",
+        num_envs=96,
+        cores=2,
+        frameskip=1,
+        pure_sim_fps=200_000.0,
+        compute_limit_fps=100_000.0,
+        train_fps=50_000.0,
+        mean_policy_lag=7.0,
+        sgd_steps_per_1000_samples=15.625,
+        inference_batch_size=47.0,
+        costs_us={"env_step": 7.0, "inference": 3.0, "learner": 5.0},
+        memory_mb=960.0,
+        bottleneck="learner-bound",
+    )
     values.update(overrides)
     return BenchReport(**values)
 
@@ -38,3 +55,23 @@ def test_a_zero_denominator_gives_nan_not_an_error():
     report = _report(pure_sim_fps=0.0, compute_limit_fps=0.0)
     assert report.train_over_pure_sim != report.train_over_pure_sim  # nan
     assert report.train_over_compute_limit != report.train_over_compute_limit
+
+
+def test_ratios_are_withheld_when_another_job_took_cores():
+    quiet = _report(load_pure_sim=2.0, load_costs=1.0)
+    assert quiet.load_problem is None and quiet.train_over_pure_sim == 0.25
+    for loud in (
+        _report(load_pure_sim=3.0, load_costs=1.0),
+        _report(load_pure_sim=2.0, load_costs=2.0),
+    ):
+        assert "another job" in loud.load_problem
+        data = json.loads(loud.to_json())
+        assert data["train_over_pure_sim"] is None and data["train_over_compute_limit"] is None
+        text = "\n".join(loud.lines())
+        assert "ratios withheld" in text and "%" not in text.split("ratios withheld")[1]
+
+
+def test_lines_show_the_load_and_the_device():
+    text = "\n".join(_report(load_pure_sim=2.0, load_costs=1.0, device="cuda:0").lines())
+    assert "2.0 during pure simulation" in text and "1.0 during per-sample costs" in text
+    assert "model on cuda:0" in text

@@ -228,7 +228,8 @@ def test_concurrent_pulls_are_never_torn(spawnable, one_torch_thread):
                 values = torch.cat([t.reshape(-1) for t in model.tensors()])
                 lo, hi = float(values.min()), float(values.max())
                 assert lo == hi == float(version), (
-                    f"torn read: pulled version {version} holds values in [{lo}, {hi}]")
+                    f"torn read: pulled version {version} holds values in [{lo}, {hi}]"
+                )
                 assert version > have
                 pulled.append(version)
                 have = version
@@ -260,8 +261,8 @@ def test_int64_buffer_survives_publish_and_pull():
             self.register_buffer("count", torch.zeros((), dtype=torch.int64))
 
     source, target = Counted(), Counted()
-    source.count.fill_(2 ** 24 + 1)
+    source.count.fill_(2**24 + 1)
     weights = SharedPolicyWeights(model_numel(source))
     weights.publish(source, version=1)
     assert weights.pull(target, -1) == 1
-    assert int(target.count) == 2 ** 24 + 1
+    assert int(target.count) == 2**24 + 1

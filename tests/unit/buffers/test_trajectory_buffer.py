@@ -27,10 +27,16 @@ VECTOR = (5,)
 
 def make_layout(rnn_size: int = 8, num_slots: int = SLOTS) -> TrajectoryLayout:
     return TrajectoryLayout(
-        obs_specs={"image": TensorSpec(IMAGE, torch.uint8),
-                   "vector": TensorSpec(VECTOR, torch.float32)},
+        obs_specs={
+            "image": TensorSpec(IMAGE, torch.uint8),
+            "vector": TensorSpec(VECTOR, torch.float32),
+        },
         action_spec=action_spec(gym_spaces.MultiDiscrete([3, 4, 2])),
-        rnn_state_size=rnn_size, rollout=ROLLOUT, rows_per_slot=ROWS, num_slots=num_slots)
+        rnn_state_size=rnn_size,
+        rollout=ROLLOUT,
+        rows_per_slot=ROWS,
+        num_slots=num_slots,
+    )
 
 
 @pytest.fixture(params=[0, 8], ids=["rnn0", "rnn8"])
@@ -60,9 +66,19 @@ def test_shapes_and_dtypes(buffer):
 
 def test_fields_lists_every_tensor(buffer):
     fields = buffer.fields()
-    assert set(fields) == {"obs.image", "obs.vector", "actions", "rnn_states", "rewards",
-                           "dones", "valids", "log_probs", "values", "policy_versions",
-                           "policy_ids"}
+    assert set(fields) == {
+        "obs.image",
+        "obs.vector",
+        "actions",
+        "rnn_states",
+        "rewards",
+        "dones",
+        "valids",
+        "log_probs",
+        "values",
+        "policy_versions",
+        "policy_ids",
+    }
     assert fields["obs.image"] is buffer.obs["image"]
     assert fields["rewards"] is buffer.rewards
     assert fields["policy_versions"] is buffer.policy_versions
@@ -116,8 +132,7 @@ def test_carry_over_copies_last_step_to_first(buffer):
         expected = before[name].clone()
         if name in ("obs.image", "obs.vector", "rnn_states"):
             expected[3, 0] = expected[1, T]
-        torch.testing.assert_close(tensor, expected, rtol=0, atol=0, equal_nan=True,
-                                   msg=name)
+        torch.testing.assert_close(tensor, expected, rtol=0, atol=0, equal_nan=True, msg=name)
 
 
 def test_nbytes_matches_allocated_tensors(buffer):
@@ -137,8 +152,9 @@ def test_slots_needed_examples():
     assert slots_needed(1, 4, 32, 8) == 2 + 2
 
 
-@pytest.mark.parametrize("rows, rollout, dataset", [(1, 1, 1), (8, 32, 1024), (3, 16, 100),
-                                                    (64, 4, 4096)])
+@pytest.mark.parametrize(
+    "rows, rollout, dataset", [(1, 1, 1), (8, 32, 1024), (3, 16, 100), (64, 4, 4096)]
+)
 def test_slots_needed_monotone_in_splits_and_two_per_split(rows, rollout, dataset):
     previous = 0
     for splits in range(1, 40):

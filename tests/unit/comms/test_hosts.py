@@ -26,8 +26,11 @@ class _ReportEnvironment:
 def _child_sees(keys):
     reports, out = make_queue(), make_queue()
     host = ProcessHost(reports)
-    host.start(ComponentSpec("probe", _ReportEnvironment, {"keys": keys, "out": out},
-                             control_queue=make_queue()))
+    host.start(
+        ComponentSpec(
+            "probe", _ReportEnvironment, {"keys": keys, "out": out}, control_queue=make_queue()
+        )
+    )
     try:
         return out.get(timeout=60)
     finally:
@@ -64,8 +67,14 @@ def test_a_script_read_from_stdin_is_refused_before_anything_starts(tmp_path):
     import sys
 
     train_dir = tmp_path / "train_dir"
-    result = subprocess.run([sys.executable, "-"], cwd=tmp_path, capture_output=True, text=True,
-                            input=_STDIN_SCRIPT.format(train_dir=str(train_dir)), timeout=100)
+    result = subprocess.run(
+        [sys.executable, "-"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        input=_STDIN_SCRIPT.format(train_dir=str(train_dir)),
+        timeout=100,
+    )
     assert result.returncode != 0
     last_line = result.stderr.strip().splitlines()[-1]
     assert "script read from <stdin>" in last_line and "serial_mode=True" in last_line

@@ -42,6 +42,10 @@ def test_a_process_that_maps_a_ring_has_all_its_pages_resident_and_it_still_work
 
 def test_queues_in_finds_queues_in_nested_arguments_and_inside_doorbells() -> None:
     plain, inbox, doorbell = make_queue(1 << 16), make_queue(1 << 16), DoorbellQueue(1 << 16)
-    kwargs = {"report_queue": plain, "inboxes": [[inbox]], "requests": {0: doorbell},
-              "other": ("text", 3, None)}
+    kwargs = {
+        "report_queue": plain,
+        "inboxes": [[inbox]],
+        "requests": {0: doorbell},
+        "other": ("text", 3, None),
+    }
     assert [id(q) for q in queues_in(kwargs)] == [id(plain), id(inbox), id(doorbell.queue)]

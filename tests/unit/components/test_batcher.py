@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from sampleforge.buffers.sampler_ledger import SamplerLedger
+from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
 from sampleforge.comms.messages import TrajectoryReady
 from sampleforge.comms.queues import make_queue, receive
@@ -28,8 +29,12 @@ def _value(slot: int, step, row) -> torch.Tensor:
 def buffer() -> SharedTrajectoryBuffer:
     layout = TrajectoryLayout(
         obs_specs={"img": TensorSpec((2, 2), torch.uint8), "vec": TensorSpec((3,), torch.float32)},
-        action_spec=TensorSpec((2,), torch.int64), rnn_state_size=RNN, rollout=T,
-        rows_per_slot=ROWS, num_slots=SLOTS)
+        action_spec=TensorSpec((2,), torch.int64),
+        rnn_state_size=RNN,
+        rollout=T,
+        rows_per_slot=ROWS,
+        num_slots=SLOTS,
+    )
     buf = SharedTrajectoryBuffer(layout)
     steps = torch.arange(T + 1).view(T + 1, 1)
     rows = torch.arange(ROWS).view(1, ROWS)
@@ -62,8 +67,9 @@ def ledger() -> SamplerLedger:
 
 
 def _msg(slot: int, rows: int = ROWS) -> TrajectoryReady:
-    return TrajectoryReady(policy_id=0, slot=slot,
-                           rows=None if rows == ROWS else tuple(range(rows)), worker=slot % 2)
+    return TrajectoryReady(
+        policy_id=0, slot=slot, rows=None if rows == ROWS else tuple(range(rows)), worker=slot % 2
+    )
 
 
 def _expected_columns(buffer, arrivals):
@@ -74,13 +80,16 @@ def _expected_columns(buffer, arrivals):
 def _check_columns(dataset: Dataset, buffer: SharedTrajectoryBuffer, columns) -> None:
     for col, (slot, row) in enumerate(columns):
         for name, src in buffer.fields().items():
-            got = (dataset.obs[name.removeprefix("obs.")] if name.startswith("obs.")
-                   else getattr(dataset, name))
+            got = (
+                dataset.obs[name.removeprefix("obs.")]
+                if name.startswith("obs.")
+                else getattr(dataset, name)
+            )
             assert torch.equal(got[:, col], src[slot, :, row]), (name, col, slot, row)
 
 
 def test_ready_take_and_slot_return(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, free_slots, ledger, dataset_trajectories=5, device=CPU)
+    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=5, device=CPU)
     assert not batcher.ready()
     batcher.add(_msg(slot=3))
     assert batcher.filled == 3 and not batcher.ready()
@@ -104,7 +113,7 @@ def test_ready_take_and_slot_return(buffer, free_slots, ledger):
 
 
 def test_dataset_is_a_copy_not_a_view_of_the_slot(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, free_slots, ledger, dataset_trajectories=3, device=CPU)
+    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=3, device=CPU)
     batcher.add(_msg(slot=0))
     expected = buffer.rewards[0].clone()
     buffer.rewards[0].fill_(-5.0)  # a rollout worker reuses the slot
@@ -112,10 +121,10 @@ def test_dataset_is_a_copy_not_a_view_of_the_slot(buffer, free_slots, ledger):
 
 
 def test_consume_keeps_extra_rows_for_next_dataset(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, free_slots, ledger, dataset_trajectories=4, device=CPU)
-    batcher.add(_msg(slot=2))          # 3 rows
+    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=4, device=CPU)
+    batcher.add(_msg(slot=2))  # 3 rows
     assert not batcher.ready()
-    batcher.add(_msg(slot=0))          # 3 more: 6 >= 4, two rows are extra
+    batcher.add(_msg(slot=0))  # 3 more: 6 >= 4, two rows are extra
     assert batcher.ready() and batcher.filled == 6
     first = batcher.take()
     _check_columns(first, buffer, [(2, 0), (2, 1), (2, 2), (0, 0)])
@@ -132,7 +141,7 @@ def test_consume_keeps_extra_rows_for_next_dataset(buffer, free_slots, ledger):
 
 
 def test_consume_exact_dataset_leaves_nothing(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, free_slots, ledger, dataset_trajectories=6, device=CPU)
+    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=6, device=CPU)
     batcher.add(_msg(slot=1))
     batcher.add(_msg(slot=2))
     assert batcher.ready()
@@ -146,7 +155,7 @@ def test_consume_exact_dataset_leaves_nothing(buffer, free_slots, ledger):
 
 def test_many_datasets_in_a_row(buffer, free_slots, ledger):
     """Rows stream through several datasets in exactly their arrival order."""
-    batcher = Batcher(buffer, free_slots, ledger, dataset_trajectories=5, device=CPU)
+    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=5, device=CPU)
     arrivals = [(s % SLOTS, 1 + (s % ROWS)) for s in range(12)]
     order = _expected_columns(buffer, arrivals)
     seen = []
@@ -154,7 +163,7 @@ def test_many_datasets_in_a_row(buffer, free_slots, ledger):
         batcher.add(_msg(slot, rows))
         while batcher.ready():
             dataset = batcher.take()
-            seen.extend(order[len(seen):len(seen) + 5])
+            seen.extend(order[len(seen) : len(seen) + 5])
             _check_columns(dataset, buffer, seen[-5:])
             batcher.consume()
     assert len(seen) == (len(order) // 5) * 5
@@ -163,7 +172,7 @@ def test_many_datasets_in_a_row(buffer, free_slots, ledger):
 
 
 def test_select_picks_columns(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, free_slots, ledger, dataset_trajectories=6, device=CPU)
+    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=6, device=CPU)
     batcher.add(_msg(slot=0))
     batcher.add(_msg(slot=3))
     dataset = batcher.take()
@@ -172,8 +181,16 @@ def test_select_picks_columns(buffer, free_slots, ledger):
     assert isinstance(mini, Dataset)
     assert mini.num_trajectories == 3
     assert set(mini.obs) == set(dataset.obs)
-    for name in ("actions", "rnn_states", "rewards", "dones", "valids", "log_probs", "values",
-                 "policy_versions"):
+    for name in (
+        "actions",
+        "rnn_states",
+        "rewards",
+        "dones",
+        "valids",
+        "log_probs",
+        "values",
+        "policy_versions",
+    ):
         assert torch.equal(getattr(mini, name), getattr(dataset, name)[:, index]), name
     for key in dataset.obs:
         assert torch.equal(mini.obs[key], dataset.obs[key][:, index]), key
@@ -181,15 +198,20 @@ def test_select_picks_columns(buffer, free_slots, ledger):
 
 
 def test_rows_shared_by_policies_keep_only_own_steps_and_the_last_reader_frees_the_slot(
-        buffer, free_slots, ledger):
+    buffer, free_slots, ledger
+):
     """Slot 2: rows 0 and 1 are policy 1's until step 2, where row 1 starts an episode played
     by policy 0; row 2 is policy 0's throughout. Policy 0 copies rows 1 and 2, policy 1 rows 0
     and 1; the slot is free only after both copied."""
     buffer.policy_ids[2] = 0
     buffer.policy_ids[2, :2, :2] = 1
     ledger.hand_over(2, readers=[0, 1])
-    p0 = Batcher(buffer, free_slots, ledger, dataset_trajectories=2, device=CPU, policy_id=0)
-    p1 = Batcher(buffer, free_slots, ledger, dataset_trajectories=2, device=CPU, policy_id=1)
+    p0 = Batcher(
+        buffer, SlotPool(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=0
+    )
+    p1 = Batcher(
+        buffer, SlotPool(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=1
+    )
     p0.add(TrajectoryReady(policy_id=0, slot=2, rows=(1, 2), worker=0, returns_slot=True))
     assert receive(free_slots, timeout=0.05) == []  # policy 1 has not copied yet
     p1.add(TrajectoryReady(policy_id=1, slot=2, rows=(0, 1), worker=0, returns_slot=False))

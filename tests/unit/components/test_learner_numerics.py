@@ -15,32 +15,38 @@ ACT = gym.spaces.Discrete(2)
 
 
 def _learner(**overrides) -> Learner:
-    cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=1,
-                      **overrides)
+    cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=1, **overrides)
     return Learner(cfg, OBS, ACT, torch.device("cpu"))
 
 
 def _dataset(T=9, B=4, reward=0.0) -> Dataset:
     g = torch.Generator().manual_seed(0)
-    return Dataset(obs={"obs": torch.rand(T, B, 4, generator=g)},
-                   actions=torch.randint(0, 2, (T, B, 1), generator=g),
-                   rnn_states=torch.zeros(T, B, 0), rewards=torch.full((T, B), reward),
-                   dones=torch.zeros(T, B), valids=torch.ones(T, B),
-                   log_probs=torch.full((T, B), -0.69), values=torch.zeros(T, B),
-                   policy_versions=torch.zeros(T, B, dtype=torch.int64),
-                   policy_ids=torch.zeros(T, B, dtype=torch.int32))
+    return Dataset(
+        obs={"obs": torch.rand(T, B, 4, generator=g)},
+        actions=torch.randint(0, 2, (T, B, 1), generator=g),
+        rnn_states=torch.zeros(T, B, 0),
+        rewards=torch.full((T, B), reward),
+        dones=torch.zeros(T, B),
+        valids=torch.ones(T, B),
+        log_probs=torch.full((T, B), -0.69),
+        values=torch.zeros(T, B),
+        policy_versions=torch.zeros(T, B, dtype=torch.int64),
+        policy_ids=torch.zeros(T, B, dtype=torch.int32),
+    )
 
 
 def _state(learner: Learner) -> dict:
-    return copy.deepcopy({"model": learner.model.state_dict(),
-                          "optimizer": learner.optimizer.state_dict()})
+    return copy.deepcopy(
+        {"model": learner.model.state_dict(), "optimizer": learner.optimizer.state_dict()}
+    )
 
 
 def _same(a: dict, b: dict) -> bool:
     flat_a, flat_b = _flatten(a), _flatten(b)
     return flat_a.keys() == flat_b.keys() and all(
         torch.equal(flat_a[k], flat_b[k]) if torch.is_tensor(flat_a[k]) else flat_a[k] == flat_b[k]
-        for k in flat_a)
+        for k in flat_a
+    )
 
 
 def _flatten(d, prefix=""):

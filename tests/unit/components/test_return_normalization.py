@@ -15,9 +15,9 @@ import torch
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
 from sampleforge.components.batcher import Dataset
 from sampleforge.components.learner import Learner
-from sampleforge.components.model_factory import MODEL_SETTINGS, make_actor_critic
 from sampleforge.config import make_config
 from sampleforge.models.actor_critic import RETURNS_NORMALIZER_CLIP, ActorCritic
+from sampleforge.models.factory import MODEL_SETTINGS, make_actor_critic
 
 OBS = gym.spaces.Box(-1, 1, (4,))
 ACT = gym.spaces.Discrete(2)
@@ -25,8 +25,14 @@ T, B = 8, 4
 
 
 def _learner(seed: int = 0, **overrides) -> Learner:
-    settings = dict(rollout=T, batch_size=T * B, num_batches_per_epoch=1, num_epochs=1,
-                    normalize_returns=True, reward_scale=1.0)
+    settings = dict(
+        rollout=T,
+        batch_size=T * B,
+        num_batches_per_epoch=1,
+        num_epochs=1,
+        normalize_returns=True,
+        reward_scale=1.0,
+    )
     settings.update(overrides)
     torch.manual_seed(seed)
     return Learner(make_config(**settings), OBS, ACT, torch.device("cpu"))
@@ -36,15 +42,18 @@ def _dataset(scale: float = 1.0) -> Dataset:
     """Rewards ~ 1 and behaviour values ~ 5 (reward units), both multiplied by `scale`."""
     g = torch.Generator().manual_seed(0)
     dones = (torch.rand(T + 1, B, generator=g) < 0.1).float()
-    return Dataset(obs={"obs": torch.rand(T + 1, B, 4, generator=g) * 2 - 1},
-                   actions=torch.randint(0, 2, (T + 1, B, 1), generator=g),
-                   rnn_states=torch.zeros(T + 1, B, 0),
-                   rewards=(torch.rand(T + 1, B, generator=g) + 0.5) * scale,
-                   dones=dones, valids=torch.ones(T + 1, B),
-                   log_probs=torch.full((T + 1, B), -0.69),
-                   values=(5.0 + torch.randn(T + 1, B, generator=g)) * scale,
-                   policy_versions=torch.zeros(T + 1, B, dtype=torch.int64),
-                   policy_ids=torch.zeros(T + 1, B, dtype=torch.int32))
+    return Dataset(
+        obs={"obs": torch.rand(T + 1, B, 4, generator=g) * 2 - 1},
+        actions=torch.randint(0, 2, (T + 1, B, 1), generator=g),
+        rnn_states=torch.zeros(T + 1, B, 0),
+        rewards=(torch.rand(T + 1, B, generator=g) + 0.5) * scale,
+        dones=dones,
+        valids=torch.ones(T + 1, B),
+        log_probs=torch.full((T + 1, B), -0.69),
+        values=(5.0 + torch.randn(T + 1, B, generator=g)) * scale,
+        policy_versions=torch.zeros(T + 1, B, dtype=torch.int64),
+        policy_ids=torch.zeros(T + 1, B, dtype=torch.int32),
+    )
 
 
 def _prime(learner: Learner, scale: float) -> None:
@@ -70,12 +79,16 @@ def test_denormalize_inverts_normalize():
     assert float(rms.normalize(far)) == RETURNS_NORMALIZER_CLIP
 
 
-@pytest.mark.parametrize("overrides", [
-    {},                                     # APPO with V-trace (network values)
-    {"with_vtrace": False},                 # APPO with GAE on the behaviour values
-    {"value_clip": 0.2},                    # value clipping around the behaviour values
-    {"algorithm": "a3c", "value_clip": 0.2},
-], ids=["vtrace", "gae", "value_clip", "a3c"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # APPO with V-trace (network values)
+        {"with_vtrace": False},  # APPO with GAE on the behaviour values
+        {"value_clip": 0.2},  # value clipping around the behaviour values
+        {"algorithm": "a3c", "value_clip": 0.2},
+    ],
+    ids=["vtrace", "gae", "value_clip", "a3c"],
+)
 def test_the_update_does_not_depend_on_the_reward_scale(overrides):
     small, large = _learner(**overrides), _learner(**overrides)
     _prime(small, 1.0)
@@ -84,8 +97,9 @@ def test_the_update_does_not_depend_on_the_reward_scale(overrides):
     stats_large = _train_once(large, _dataset(1000.0))
     assert stats_small["losses/value"] > 0.01
     assert stats_large["losses/value"] == pytest.approx(stats_small["losses/value"], rel=1e-3)
-    assert stats_large["losses/policy"] == pytest.approx(stats_small["losses/policy"],
-                                                         rel=1e-3, abs=1e-6)
+    assert stats_large["losses/policy"] == pytest.approx(
+        stats_small["losses/policy"], rel=1e-3, abs=1e-6
+    )
     # The same update: identical weights afterwards, statistics 1000x apart.
     for (name, a), b in zip(small.model.named_parameters(), large.model.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5, msg=name)
@@ -142,8 +156,12 @@ def test_act_and_evaluate_return_values_in_reward_units():
     model.returns_normalizer.update(torch.tensor([90.0, 110.0]))  # mean 100, std 10
     obs = torch.rand(3, 5, 4)
     with torch.no_grad():
-        ev = model.evaluate({"obs": obs}, torch.zeros(5, 0), torch.zeros(3, 5),
-                            torch.zeros(3, 5, 1, dtype=torch.int64))
+        ev = model.evaluate(
+            {"obs": obs},
+            torch.zeros(5, 0),
+            torch.zeros(3, 5),
+            torch.zeros(3, 5, 1, dtype=torch.int64),
+        )
         acted = model.act({"obs": obs[0]}, torch.zeros(5, 0)).values
     raw = ev.normalized_values
     torch.testing.assert_close(ev.values, 100.0 + raw * 10.0, rtol=1e-5, atol=1e-4)
@@ -151,8 +169,9 @@ def test_act_and_evaluate_return_values_in_reward_units():
     # Without normalize_returns both are the head's output.
     plain = ActorCritic(OBS, ACT)
     assert plain.returns_normalizer is None
-    ev = plain.evaluate({"obs": obs}, torch.zeros(5, 0), torch.zeros(3, 5),
-                        torch.zeros(3, 5, 1, dtype=torch.int64))
+    ev = plain.evaluate(
+        {"obs": obs}, torch.zeros(5, 0), torch.zeros(3, 5), torch.zeros(3, 5, 1, dtype=torch.int64)
+    )
     assert ev.values is ev.normalized_values
 
 
@@ -162,8 +181,9 @@ def test_statistics_are_saved_and_published_with_the_weights():
     model = make_actor_critic(cfg, OBS, ACT)
     model.returns_normalizer.update(torch.randn(77) * 500.0 + 3000.0)
     state = model.state_dict()
-    assert {"returns_normalizer.mean", "returns_normalizer.var",
-            "returns_normalizer.count"} <= set(state)
+    assert {"returns_normalizer.mean", "returns_normalizer.var", "returns_normalizer.count"} <= set(
+        state
+    )
     assert "returns_normalizer.mean" not in make_actor_critic(make_config(), OBS, ACT).state_dict()
 
     restored = make_actor_critic(cfg, OBS, ACT)
@@ -178,5 +198,6 @@ def test_statistics_are_saved_and_published_with_the_weights():
         assert torch.equal(reader.state_dict()[key], value), key
     obs = {"obs": torch.rand(6, 4)}
     with torch.no_grad():
-        torch.testing.assert_close(reader.act(obs, torch.zeros(6, 0)).values,
-                                   model.act(obs, torch.zeros(6, 0)).values)
+        torch.testing.assert_close(
+            reader.act(obs, torch.zeros(6, 0)).values, model.act(obs, torch.zeros(6, 0)).values
+        )

@@ -19,8 +19,15 @@ T, B = 8, 6
 
 
 def _learner(**overrides) -> Learner:
-    settings = dict(rollout=T, batch_size=T * B, num_batches_per_epoch=1, num_epochs=1,
-                    with_vtrace=False, gae_lambda=0.9, reward_scale=1.0)
+    settings = dict(
+        rollout=T,
+        batch_size=T * B,
+        num_batches_per_epoch=1,
+        num_epochs=1,
+        with_vtrace=False,
+        gae_lambda=0.9,
+        reward_scale=1.0,
+    )
     settings.update(overrides)
     torch.manual_seed(0)
     return Learner(make_config(**settings), OBS, ACT, torch.device("cpu"))
@@ -31,29 +38,40 @@ def _dataset() -> Dataset:
     dones = (torch.rand(T + 1, B, generator=g) < 0.15).float()
     valids = torch.ones(T + 1, B)
     valids[3, 2] = 0.0  # a reset step
-    return Dataset(obs={"obs": torch.rand(T + 1, B, 4, generator=g) * 2 - 1},
-                   actions=torch.randint(0, 3, (T + 1, B, 1), generator=g),
-                   rnn_states=torch.zeros(T + 1, B, 0),
-                   rewards=torch.rand(T + 1, B, generator=g), dones=dones, valids=valids,
-                   log_probs=-1.1 + 0.1 * torch.randn(T + 1, B, generator=g),
-                   values=torch.randn(T + 1, B, generator=g),
-                   policy_versions=torch.zeros(T + 1, B, dtype=torch.int64),
-                   policy_ids=torch.zeros(T + 1, B, dtype=torch.int32))
+    return Dataset(
+        obs={"obs": torch.rand(T + 1, B, 4, generator=g) * 2 - 1},
+        actions=torch.randint(0, 3, (T + 1, B, 1), generator=g),
+        rnn_states=torch.zeros(T + 1, B, 0),
+        rewards=torch.rand(T + 1, B, generator=g),
+        dones=dones,
+        valids=valids,
+        log_probs=-1.1 + 0.1 * torch.randn(T + 1, B, generator=g),
+        values=torch.randn(T + 1, B, generator=g),
+        policy_versions=torch.zeros(T + 1, B, dtype=torch.int64),
+        policy_ids=torch.zeros(T + 1, B, dtype=torch.int32),
+    )
 
 
-@pytest.mark.parametrize("overrides", [{}, {"normalize_returns": True}, {"value_clip": 0.2}],
-                         ids=["plain", "normalize_returns", "value_clip"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"normalize_returns": True}, {"value_clip": 0.2}],
+    ids=["plain", "normalize_returns", "value_clip"],
+)
 def test_one_minibatch_of_all_samples_is_the_trajectory_update(overrides):
     by_sample = _learner(shuffle_samples=True, **overrides)
     by_trajectory = _learner(shuffle_samples=False, **overrides)
     assert by_sample.trains_on_samples and not by_trajectory.trains_on_samples
     stats_s = by_sample.train(_dataset(), lambda: None)
     stats_t = by_trajectory.train(_dataset(), lambda: None)
-    for key in ("losses/policy", "losses/value", "losses/entropy", "learner/approx_kl",
-                "learner/explained_variance"):
+    for key in (
+        "losses/policy",
+        "losses/value",
+        "losses/entropy",
+        "learner/approx_kl",
+        "learner/explained_variance",
+    ):
         assert stats_s[key] == pytest.approx(stats_t[key], rel=1e-4, abs=1e-6), key
-    for (name, a), b in zip(by_sample.model.named_parameters(),
-                            by_trajectory.model.parameters()):
+    for (name, a), b in zip(by_sample.model.named_parameters(), by_trajectory.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6, msg=name)
 
 
@@ -81,7 +99,9 @@ def test_minibatches_mix_samples_of_different_trajectories_and_steps(monkeypatch
     assert stats["policy_lag/max"] <= 2 * B
 
 
-@pytest.mark.parametrize("overrides", [{"with_vtrace": True}, {"rnn": "gru"},
-                                       {"algorithm": "a3c"}, {"shuffle_samples": False}])
+@pytest.mark.parametrize(
+    "overrides",
+    [{"with_vtrace": True}, {"rnn": "gru"}, {"algorithm": "a3c"}, {"shuffle_samples": False}],
+)
 def test_trajectory_minibatches_where_advantages_need_the_network_or_a_state(overrides):
     assert not _learner(**overrides).trains_on_samples

@@ -9,9 +9,9 @@ from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.components import sampling_gate
 from sampleforge.components.sampling_gate import SamplingGate
 
-ROWS = 8          # trajectories per slot
-DATASET = 16      # trajectories per dataset: two slots
-STEPS = 16        # SGD steps per dataset
+ROWS = 8  # trajectories per slot
+DATASET = 16  # trajectories per dataset: two slots
+STEPS = 16  # SGD steps per dataset
 
 
 @pytest.fixture(autouse=True)
@@ -122,17 +122,20 @@ def _one_dataset(gate, ledger, clock, step_seconds: float, sampling_seconds: flo
 
 
 # Times are multiples of powers of two, so the arithmetic is exact.
-@pytest.mark.parametrize("step_seconds, sampling_seconds, steps_needed", [
-    (0.25, 1.1, 5),        # sampling a dataset takes 4.4 SGD steps
-    (0.25, 0.1, 1),        # sampling is fast: start one step early
-    (0.0625, 4.0, None),   # one rollout outlasts a dataset's training: overlap datasets
-])
+@pytest.mark.parametrize(
+    "step_seconds, sampling_seconds, steps_needed",
+    [
+        (0.25, 1.1, 5),  # sampling a dataset takes 4.4 SGD steps
+        (0.25, 0.1, 1),  # sampling is fast: start one step early
+        (0.0625, 4.0, None),  # one rollout outlasts a dataset's training: overlap datasets
+    ],
+)
 def test_the_measured_lead_settles_where_the_learner_no_longer_waits(
-        step_seconds, sampling_seconds, steps_needed):
+    step_seconds, sampling_seconds, steps_needed
+):
     gate, ledger, clock = _gate(lead=None)
     assert gate.lead == 1  # the starting point
-    history = [_one_dataset(gate, ledger, clock, step_seconds, sampling_seconds)
-               for _ in range(16)]
+    history = [_one_dataset(gate, ledger, clock, step_seconds, sampling_seconds) for _ in range(16)]
     assert gate.step_seconds == pytest.approx(step_seconds)
     if steps_needed is not None:
         assert not any(waited for _, waited in history[-6:])
@@ -195,10 +198,16 @@ def test_a_measured_lead_stops_at_the_mean_lag_target(monkeypatch):
     assert fixed.lead == 9  # a lead the user sets is theirs
 
 
-@pytest.mark.parametrize("steps, bound", [
-    (4, 16), (8, 12), (16, 4),  # mean lag (S + lead) / 2 within 10
-    (20, 5), (320, 80),         # the epochs alone make more: the lead adds a quarter
-])
+@pytest.mark.parametrize(
+    "steps, bound",
+    [
+        (4, 16),
+        (8, 12),
+        (16, 4),  # mean lag (S + lead) / 2 within 10
+        (20, 5),
+        (320, 80),  # the epochs alone make more: the lead adds a quarter
+    ],
+)
 def test_the_measured_lead_bound_keeps_the_mean_lag_near_its_target(monkeypatch, steps, bound):
     monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
     assert sampling_gate.measured_lead_bound(steps) == bound

@@ -52,9 +52,19 @@ def test_integral_float_is_accepted_for_int_but_fraction_is_not():
         make_config(num_workers=2.5)
 
 
-@pytest.mark.parametrize("text, expected", [("true", True), ("false", False), ("True", True),
-                                             ("FALSE", False), ("1", True), ("0", False),
-                                             ("yes", True), ("off", False)])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("true", True),
+        ("false", False),
+        ("True", True),
+        ("FALSE", False),
+        ("1", True),
+        ("0", False),
+        ("yes", True),
+        ("off", False),
+    ],
+)
 def test_string_bools_are_coerced(text, expected):
     cfg = make_config(serial_mode=text, tensorboard=text)
     assert cfg.serial_mode is expected and cfg.tensorboard is expected
@@ -128,8 +138,9 @@ def test_unknown_keys_and_bad_values_reported_together():
 # --- range and cross-field rules ------------------------------------------------------------
 def test_several_violations_reported_at_once():
     with pytest.raises(ConfigError) as info:
-        make_config(num_envs_per_worker=5, worker_num_splits=2, rollout=32, batch_size=100,
-                    gamma=1.5)
+        make_config(
+            num_envs_per_worker=5, worker_num_splits=2, rollout=32, batch_size=100, gamma=1.5
+        )
     err = info.value
     message = str(err)
     assert len(err.problems) == 3, err.problems
@@ -142,23 +153,26 @@ def test_several_violations_reported_at_once():
     assert message.count("\n  - ") == 3
 
 
-@pytest.mark.parametrize("overrides, field", [
-    (dict(gamma=-0.1), "gamma"),
-    (dict(gae_lambda=1.01), "gae_lambda"),
-    (dict(learning_rate=0), "learning_rate"),
-    (dict(num_workers=0), "num_workers"),
-    (dict(rollout=-4, batch_size=8), "rollout"),
-    (dict(entropy_coeff=-1e-3), "entropy_coeff"),
-    (dict(train_for_seconds=0), "train_for_seconds"),
-    (dict(reward_clip=-1.0), "reward_clip"),
-    (dict(gamma=float("nan")), "gamma"),
-    (dict(experiment="a/b"), "experiment"),
-    (dict(num_policies=0), "num_policies"),
-    (dict(frozen_opponent_prob=1.5), "frozen_opponent_prob"),
-    (dict(pbt_mutation_factor=0.9), "pbt_mutation_factor"),
-    (dict(with_pbt=True), "with_pbt"),
-    (dict(policy_mapping="bogus"), "policy_mapping"),
-])
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (dict(gamma=-0.1), "gamma"),
+        (dict(gae_lambda=1.01), "gae_lambda"),
+        (dict(learning_rate=0), "learning_rate"),
+        (dict(num_workers=0), "num_workers"),
+        (dict(rollout=-4, batch_size=8), "rollout"),
+        (dict(entropy_coeff=-1e-3), "entropy_coeff"),
+        (dict(train_for_seconds=0), "train_for_seconds"),
+        (dict(reward_clip=-1.0), "reward_clip"),
+        (dict(gamma=float("nan")), "gamma"),
+        (dict(experiment="a/b"), "experiment"),
+        (dict(num_policies=0), "num_policies"),
+        (dict(frozen_opponent_prob=1.5), "frozen_opponent_prob"),
+        (dict(pbt_mutation_factor=0.9), "pbt_mutation_factor"),
+        (dict(with_pbt=True), "with_pbt"),
+        (dict(policy_mapping="bogus"), "policy_mapping"),
+    ],
+)
 def test_single_range_violation_names_the_field(overrides, field):
     with pytest.raises(ConfigError) as info:
         make_config(**overrides)
@@ -199,9 +213,22 @@ def test_literal_values_accepted():
 
 # --- command line ---------------------------------------------------------------------------
 def test_parse_config_coerces_flags():
-    cfg = parse_config(["--num_workers", "3", "--train_for_env_steps", "1e6",
-                        "--mlp_hidden_sizes", "32,32", "--seed", "none", "--serial_mode", "true",
-                        "--rnn", "gru"])
+    cfg = parse_config(
+        [
+            "--num_workers",
+            "3",
+            "--train_for_env_steps",
+            "1e6",
+            "--mlp_hidden_sizes",
+            "32,32",
+            "--seed",
+            "none",
+            "--serial_mode",
+            "true",
+            "--rnn",
+            "gru",
+        ]
+    )
     assert cfg.num_workers == 3
     assert cfg.train_for_env_steps == 1_000_000
     assert cfg.mlp_hidden_sizes == (32, 32)
@@ -226,11 +253,14 @@ def test_misspelled_flag_exits_2_and_suggests(capsys):
     assert "did you mean" in err
 
 
-@pytest.mark.parametrize("argv, hint", [
-    (["train", "--num_workrs", "2"], "--num_workers"),        # a training flag
-    (["enjoy", "--save_vido"], "--save_video"),                # a command's own flag
-    (["bench", "--swep"], "--sweep"),
-])
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["train", "--num_workrs", "2"], "--num_workers"),  # a training flag
+        (["enjoy", "--save_vido"], "--save_video"),  # a command's own flag
+        (["bench", "--swep"], "--sweep"),
+    ],
+)
 def test_a_misspelled_flag_of_a_command_names_the_closest_flag(capsys, argv, hint):
     from sampleforge.cli.main import build_parser
 
@@ -241,22 +271,28 @@ def test_a_misspelled_flag_of_a_command_names_the_closest_flag(capsys, argv, hin
     assert f"did you mean '{hint}'" in err
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--serial_mode"], True),                  # a config boolean alone means true
-    (["--serial_mode", "true"], True),
-    (["--serial_mode", "false"], False),
-    (["--serial_mode=no"], False),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--serial_mode"], True),  # a config boolean alone means true
+        (["--serial_mode", "true"], True),
+        (["--serial_mode", "false"], False),
+        (["--serial_mode=no"], False),
+    ],
+)
 def test_config_booleans_take_both_forms(argv, expected):
     assert parse_config(argv).serial_mode is expected
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["enjoy", "--save_video"], True),          # a command's switch takes a value too
-    (["enjoy", "--save_video", "true"], True),
-    (["enjoy", "--save_video", "false"], False),
-    (["enjoy"], False),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["enjoy", "--save_video"], True),  # a command's switch takes a value too
+        (["enjoy", "--save_video", "true"], True),
+        (["enjoy", "--save_video", "false"], False),
+        (["enjoy"], False),
+    ],
+)
 def test_command_switches_take_both_forms(argv, expected):
     from sampleforge.cli.main import build_parser
 
@@ -316,10 +352,22 @@ def test_config_dict_roundtrip_defaults():
 
 
 def test_config_dict_roundtrip_through_json():
-    cfg = make_config(env="Acrobot-v1", experiment="exp1", seed=123, mlp_hidden_sizes="16,8,4",
-                      rnn="lstm", rnn_size=32, train_for_seconds=12.5, value_clip=0.2,
-                      stop_at_mean_return=float("inf"), device="cpu", serial_mode=True,
-                      rollout=8, batch_size=64, learning_rate=3e-4)
+    cfg = make_config(
+        env="Acrobot-v1",
+        experiment="exp1",
+        seed=123,
+        mlp_hidden_sizes="16,8,4",
+        rnn="lstm",
+        rnn_size=32,
+        train_for_seconds=12.5,
+        value_clip=0.2,
+        stop_at_mean_return=float("inf"),
+        device="cpu",
+        serial_mode=True,
+        rollout=8,
+        batch_size=64,
+        learning_rate=3e-4,
+    )
     data = json.loads(json.dumps(config_to_dict(cfg)))
     restored = config_from_dict(data)
     assert restored == cfg
@@ -344,17 +392,54 @@ def test_config_from_dict_refuses_unknown_keys():
 _ANY_VALUE = st.one_of(
     st.none(),
     st.booleans(),
-    st.integers(min_value=-(2 ** 64), max_value=2 ** 64),
+    st.integers(min_value=-(2**64), max_value=2**64),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=12),
-    st.sampled_from(["none", "true", "false", "1e6", "1e400", "-3", "0", "0.5", "32,32", "nan",
-                     "inf", "-inf", "gru", "cpu", "auto", "1_000", "", ",", "2.5"]),
+    st.sampled_from(
+        [
+            "none",
+            "true",
+            "false",
+            "1e6",
+            "1e400",
+            "-3",
+            "0",
+            "0.5",
+            "32,32",
+            "nan",
+            "inf",
+            "-inf",
+            "gru",
+            "cpu",
+            "auto",
+            "1_000",
+            "",
+            ",",
+            "2.5",
+        ]
+    ),
     st.lists(st.integers(min_value=-5, max_value=300), max_size=3),
 )
-_FIELDS = st.sampled_from(["num_workers", "num_envs_per_worker", "worker_num_splits", "rollout",
-                           "batch_size", "gamma", "learning_rate", "seed", "train_for_seconds",
-                           "serial_mode", "device", "rnn", "mlp_hidden_sizes", "env",
-                           "experiment", "num_workerz"])
+_FIELDS = st.sampled_from(
+    [
+        "num_workers",
+        "num_envs_per_worker",
+        "worker_num_splits",
+        "rollout",
+        "batch_size",
+        "gamma",
+        "learning_rate",
+        "seed",
+        "train_for_seconds",
+        "serial_mode",
+        "device",
+        "rnn",
+        "mlp_hidden_sizes",
+        "env",
+        "experiment",
+        "num_workerz",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -374,11 +459,11 @@ def test_make_config_returns_config_or_raises_config_error(overrides):
 # --- known bugs -----------------------------------------------------------------------------
 def test_huge_int_for_float_field_raises_config_error():
     with pytest.raises(ConfigError, match="learning_rate"):
-        make_config(learning_rate=10 ** 400)
+        make_config(learning_rate=10**400)
 
 
 def test_large_integer_string_is_exact():
-    big = 2 ** 53 + 1
+    big = 2**53 + 1
     assert make_config(seed=big).seed == big
     assert make_config(seed=str(big)).seed == big
 
@@ -391,16 +476,18 @@ def test_num_workers_auto_is_one_per_core():
     assert parse_config(["--num_workers", "auto"]).num_workers == cores
 
 
-@pytest.mark.parametrize("command, own_flag", [("enjoy", "--save_video"), ("eval", "--json"),
-                                               ("export", "--checkpoint")])
-def test_policy_commands_show_their_own_flags_before_the_training_settings(capsys, command,
-                                                                            own_flag):
+@pytest.mark.parametrize(
+    "command, own_flag", [("enjoy", "--save_video"), ("eval", "--json"), ("export", "--checkpoint")]
+)
+def test_policy_commands_show_their_own_flags_before_the_training_settings(
+    capsys, command, own_flag
+):
     from sampleforge.cli.main import build_parser
 
     with pytest.raises(SystemExit):
         build_parser().parse_args([command, "--help"])
     help_text = capsys.readouterr().out
-    body = help_text[help_text.index("\noptions:"):]  # past the usage line, which lists all
+    body = help_text[help_text.index("\noptions:") :]  # past the usage line, which lists all
     heading = body.index("training settings: experiment:")
     assert "Read from the experiment's config.json" in body
     assert body.index(own_flag) < heading < body.index("--learning_rate")

@@ -6,30 +6,45 @@ import json
 
 import pytest
 
+from sampleforge.checkpoint.experiment_dir import prepare_experiment
 from sampleforge.cli.main import main
-from sampleforge.components.experiment import prepare_experiment
 from sampleforge.config import Config, config_from_dict, make_config
 from sampleforge.config.cli_args import parse_config
 from sampleforge.config.families import FAMILY_NAMES, env_family, family_settings
 from sampleforge.config.sources import SOURCE_NAMES, config_sources
 
 
-@pytest.mark.parametrize("env, family", [
-    ("atari_breakout", "atari"), ("atari_pong", "atari"),
-    ("doom_defend_the_center", "doom"), ("doom_health_gathering", "doom"),
-    ("HalfCheetah-v5", "continuous"), ("Hopper-v5", "continuous"),
-    ("Pendulum-v1", "continuous"), ("MountainCarContinuous-v0", "continuous"),
-    ("CartPole-v1", "vector"), ("Acrobot-v1", "vector"), ("MountainCar-v0", "vector"),
-    ("mypkg.envs:Maze-v0", None), ("envpool:Pong-v5", None), ("NoSuchEnv-v0", None),
-])
+@pytest.mark.parametrize(
+    "env, family",
+    [
+        ("atari_breakout", "atari"),
+        ("atari_pong", "atari"),
+        ("doom_defend_the_center", "doom"),
+        ("doom_health_gathering", "doom"),
+        ("HalfCheetah-v5", "continuous"),
+        ("Hopper-v5", "continuous"),
+        ("Pendulum-v1", "continuous"),
+        ("MountainCarContinuous-v0", "continuous"),
+        ("CartPole-v1", "vector"),
+        ("Acrobot-v1", "vector"),
+        ("MountainCar-v0", "vector"),
+        ("mypkg.envs:Maze-v0", None),
+        ("envpool:Pong-v5", None),
+        ("NoSuchEnv-v0", None),
+    ],
+)
 def test_the_env_name_decides_the_family(env, family):
     assert env_family(env) == family
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_every_family_gives_a_valid_config_with_its_values(family):
-    env = {"atari": "atari_breakout", "doom": "doom_basic", "continuous": "Hopper-v5",
-           "vector": "Acrobot-v1"}[family]
+    env = {
+        "atari": "atari_breakout",
+        "doom": "doom_basic",
+        "continuous": "Hopper-v5",
+        "vector": "Acrobot-v1",
+    }[family]
     cfg = make_config(env=env)
     sources = config_sources(cfg)
     for key, value in family_settings(family).items():
@@ -44,10 +59,18 @@ def test_every_family_gives_a_valid_config_with_its_values(family):
 
 def test_atari_without_a_preset_gets_the_atari_ppo_recipe_not_cartpoles():
     cfg = parse_config(["--env", "atari_breakout"])
-    assert (cfg.rollout, cfg.batch_size, cfg.num_batches_per_epoch, cfg.num_epochs) == \
-        (128, 256, 4, 4)
-    assert (cfg.learning_rate, cfg.lr_schedule, cfg.entropy_coeff, cfg.ppo_clip_ratio) == \
-        (2.5e-4, "linear", 0.01, 0.1)
+    assert (cfg.rollout, cfg.batch_size, cfg.num_batches_per_epoch, cfg.num_epochs) == (
+        128,
+        256,
+        4,
+        4,
+    )
+    assert (cfg.learning_rate, cfg.lr_schedule, cfg.entropy_coeff, cfg.ppo_clip_ratio) == (
+        2.5e-4,
+        "linear",
+        0.01,
+        0.1,
+    )
     assert cfg.activation == "relu" and not cfg.with_vtrace
     assert cfg.learning_rate != Config().learning_rate  # not CartPole's
 
@@ -93,8 +116,18 @@ def test_config_json_records_every_value_and_its_source(tmp_path):
 
 
 def test_print_config_prints_values_and_sources_and_trains_nothing(tmp_path, capsys):
-    code = main(["train", "--env", "atari_breakout", "--num_epochs", "2", "--train_dir",
-                 str(tmp_path), "--print_config"])
+    code = main(
+        [
+            "train",
+            "--env",
+            "atari_breakout",
+            "--num_epochs",
+            "2",
+            "--train_dir",
+            str(tmp_path),
+            "--print_config",
+        ]
+    )
     assert code == 0
     lines = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()}
     assert lines["num_epochs"] == ["2", "flag"]

@@ -31,15 +31,18 @@ def test_preset_from_the_command_line():
     assert (cfg.batch_size, cfg.rollout, cfg.num_epochs) == (256, 128, 2)
 
 
-@pytest.mark.parametrize("preset, family", [("atari", "atari"), ("doom", "doom"),
-                                            ("mujoco", "continuous")])
+@pytest.mark.parametrize(
+    "preset, family", [("atari", "atari"), ("doom", "doom"), ("mujoco", "continuous")]
+)
 def test_a_family_preset_is_that_familys_settings(preset, family):
     assert preset_settings(preset) == family_settings(family)
 
 
 def test_unknown_preset_lists_the_known_ones():
-    with pytest.raises(ConfigError, match="preset: 'mujuco' is not one of mujoco, atari, doom, "
-                                          "duel .*did you mean 'mujoco'"):
+    with pytest.raises(
+        ConfigError,
+        match="preset: 'mujuco' is not one of mujoco, atari, doom, duel .*did you mean 'mujoco'",
+    ):
         make_config(preset="mujuco")
 
 

@@ -1,6 +1,6 @@
-"""Unit tests for sampleforge.envs.doom.duel (``doom_duel``): the MultiAgentEnv contract over two
-VizDoom instances in lockstep, process cleanup after close and after a failed connection, two
-duels at once, and a short multi-agent training run.
+"""Unit tests for ``doom_duel`` (sampleforge.envs.doom.duel_env, duel_seats, duel_seat_server):
+the MultiAgentEnv contract over two VizDoom instances in lockstep, process cleanup after close
+and after a failed connection, two duels at once, and a short multi-agent training run.
 
 Processes are told apart from other VizDoom users on the machine by where they live: every duel
 gets its temporary folder under this test's ``tmp_path`` (``tempfile.tempdir`` / ``TMPDIR``),
@@ -25,18 +25,16 @@ import numpy as np
 import pytest
 
 from sampleforge.envs import EnvContext, env_info, make_env, resolve_env
-from sampleforge.envs.doom import duel
-from sampleforge.envs.doom.duel import (
+from sampleforge.envs.doom import duel_seats, loopback_netns
+from sampleforge.envs.doom.duel_env import DoomDuelEnv, hud_values, make_doom_duel, match_outcome
+from sampleforge.envs.doom.duel_seats import (
     DoomDuelConnectionError,
-    DoomDuelEnv,
     free_udp_port,
-    hud_values,
-    make_doom_duel,
-    match_outcome,
     seat_game_args,
 )
 from sampleforge.envs.doom.measurements import MEASUREMENT_NAMES
 from sampleforge.envs.multi_agent import MultiAgentEnv
+from sampleforge.testing.ci import unavailable
 
 needs_vizdoom = pytest.mark.skipif(
     find_spec("vizdoom") is None or find_spec("cv2") is None,
@@ -189,7 +187,8 @@ def test_contract_over_matches_with_random_actions_then_nothing_left(duel_root: 
         assert len(engines) == 2 and sum("vizdoom" in p for p in alive) == 2, alive
         assert len(alive) == 4, alive  # two seat processes, two engines
         for seat_pid in (p.split()[0] for p in alive if "vizdoom" not in p):
-            # Seat processes skip sampleforge's registry, hence torch (see _SEAT_BOOTSTRAP).
+            # Seat processes skip sampleforge's registry, hence torch (see _SEAT_BOOTSTRAP in
+            # duel_seats.py).
             assert "libtorch" not in Path(f"/proc/{seat_pid}/maps").read_text()
         assert len(observations) == len(infos) == 2
         assert all(env.observation_space.contains(obs) for obs in observations)
@@ -237,15 +236,15 @@ def test_failed_connection_raises_a_clear_error_and_leaves_nothing(
         def wrong_port_for_the_joiner(seat: int, port: int, connect_timeout: float) -> str:
             return seat_game_args(seat, port + seat, connect_timeout)
 
-        monkeypatch.setattr(duel, "seat_game_args", wrong_port_for_the_joiner)
+        monkeypatch.setattr(duel_seats, "seat_game_args", wrong_port_for_the_joiner)
     cleaned: list[str] = []
 
     def recording_remove(instance_ids: list[str]) -> None:
         cleaned.extend(instance_ids)
         remove_ipc(instance_ids)
 
-    remove_ipc = duel.remove_engine_ipc
-    monkeypatch.setattr(duel, "remove_engine_ipc", recording_remove)
+    remove_ipc = duel_seats.remove_engine_ipc
+    monkeypatch.setattr(duel_seats, "remove_engine_ipc", recording_remove)
     port = free_udp_port()
     env = DoomDuelEnv(connect_timeout=timeout, port=port)
     start = time.monotonic()
@@ -285,19 +284,57 @@ def test_two_duels_at_once_on_different_ports(duel_root: Path) -> None:
     assert wait_until_gone(duel_root) == []
 
 
+def udp_ports(pid: int | str) -> set[int]:
+    """Local ports of the UDP sockets in the network namespace of process ``pid``."""
+    lines = Path(f"/proc/{pid}/net/udp").read_text().splitlines()[1:]
+    return {int(line.split()[1].split(":")[1], 16) for line in lines}
+
+
+def interfaces(pid: int | str) -> set[str]:
+    lines = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
+    return {line.split(":")[0].strip() for line in lines}
+
+
+@needs_vizdoom
+@pytest.mark.timeout(60)
+def test_the_games_listen_only_in_the_duels_private_loopback_namespace(duel_root: Path) -> None:
+    """Issue 14.3: ZDoom binds the host port on every interface, so the games run in a network
+    namespace of their own whose only interface is loopback."""
+    problem = loopback_netns.isolation_problem()
+    if problem is not None:
+        unavailable(problem)  # CI runs as root: there it fails instead
+    env = DoomDuelEnv(match_seconds=SHORT_MATCH_SECONDS)
+    try:
+        env.reset(seed=0)
+        port = env.host_port
+        pids = [int(p.split()[0]) for p in duel_processes(duel_root)]
+        assert len(pids) == 4  # two seats, two engines
+        namespaces = {loopback_netns.namespace_of(pid) for pid in pids}
+        assert len(namespaces) == 1 and loopback_netns.namespace_of() not in namespaces
+        assert interfaces(pids[0]) == {"lo"}
+        assert port in udp_ports(pids[0])  # the host's game listens there...
+        assert port not in udp_ports("self")  # ...and nowhere this machine's network reaches
+        for _ in range(5):  # and the games do play
+            env.step(random_actions(env))
+    finally:
+        env.close()
+    assert wait_until_gone(duel_root) == []
+
+
 # Run in a separate env process that the test kills: either idle after connecting, or blocked
 # while connecting (the joiner contacts the wrong port, and nobody gives up for 60 s).
 KILLED_ENV_CODE = {
     "idle": (
-        "from sampleforge.envs.doom.duel import DoomDuelEnv\n"
+        "from sampleforge.envs.doom.duel_env import DoomDuelEnv\n"
         "DoomDuelEnv().reset()\n"
         "import time; time.sleep(60)\n"
     ),
     "connecting": (
-        "from sampleforge.envs.doom import duel\n"
-        "args = duel.seat_game_args\n"
-        "duel.seat_game_args = lambda seat, port, timeout: args(seat, port + seat, timeout)\n"
-        "duel.DoomDuelEnv(connect_timeout=60).reset()\n"
+        "from sampleforge.envs.doom import duel_seats\n"
+        "from sampleforge.envs.doom.duel_env import DoomDuelEnv\n"
+        "args = duel_seats.seat_game_args\n"
+        "duel_seats.seat_game_args = lambda seat, port, t: args(seat, port + seat, t)\n"
+        "DoomDuelEnv(connect_timeout=60).reset()\n"
     ),
 }
 

@@ -35,8 +35,9 @@ def fake_engine(tmp_path: Path):
     exe = tmp_path / "bin" / "vizdoom"
     exe.parent.mkdir()
     exe.symlink_to(sys.executable)
-    process = subprocess.Popen([str(exe), "-c", "import time; time.sleep(60)",
-                                "+viz_instance_id", "LiveEngine"])
+    process = subprocess.Popen(
+        [str(exe), "-c", "import time; time.sleep(60)", "+viz_instance_id", "LiveEngine"]
+    )
     try:
         deadline = time.monotonic() + 10
         while "LiveEngine" not in engine_ipc.engine_instance_ids():
@@ -60,8 +61,11 @@ def test_only_old_names_of_engines_that_are_gone_are_removed(shm: Path, fake_eng
     removed = engine_ipc.remove_orphan_engine_ipc()
     assert removed == ["DeadEngine"]
     assert sorted(p.name for p in shm.iterdir()) == [
-        "ViZDoomMQCtrLiveEngine", "ViZDoomMQCtrStarting00",
-        "ViZDoomMQDoomLiveEngine", "ViZDoomMQDoomStarting00"]
+        "ViZDoomMQCtrLiveEngine",
+        "ViZDoomMQCtrStarting00",
+        "ViZDoomMQDoomLiveEngine",
+        "ViZDoomMQDoomStarting00",
+    ]
 
 
 def test_removing_names_that_are_already_gone_is_fine(shm: Path) -> None:
@@ -74,8 +78,13 @@ def test_the_names_a_process_maps_give_its_engines_ids(shm: Path) -> None:
     # and names merely present are not its engine's.
     import mmap
 
-    for name in ("ViZDoomSMMine01", "ViZDoomMQCtrMine01", "ViZDoomMQDoomMine02", "other",
-                 "ViZDoomSMNotMapped"):
+    for name in (
+        "ViZDoomSMMine01",
+        "ViZDoomMQCtrMine01",
+        "ViZDoomMQDoomMine02",
+        "other",
+        "ViZDoomSMNotMapped",
+    ):
         (shm / name).write_bytes(b"\0" * 4096)
     maps = []
     try:

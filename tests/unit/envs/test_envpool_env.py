@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from sampleforge.components.env_split import EnvFaultError, StepTargets
 from sampleforge.envs import registry
 from sampleforge.envs.envpool_env import (
     ENVPOOL_PREFIX,
@@ -22,6 +21,7 @@ from sampleforge.envs.envpool_env import (
     is_envpool_spec,
 )
 from sampleforge.envs.registry import EnvContext, UnknownEnvError, make_env
+from sampleforge.envs.stepping.env_split import EnvFaultError, StepTargets
 
 UNAVAILABLE = envpool_unavailable_reason()
 needs_envpool = pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
@@ -60,7 +60,7 @@ class RecordingPool:
 def _split(
     name: str, num_envs: int, seed: int | None = 0, policy: str = "restart", worker_index: int = 0
 ):
-    from sampleforge.components.envpool_split import EnvPoolSplit
+    from sampleforge.envs.stepping.envpool_split import EnvPoolSplit
 
     return EnvPoolSplit(
         env_spec=envpool_spec(name),
@@ -187,7 +187,7 @@ def test_split_writes_atari_batches_into_the_slot():
 
 @needs_envpool
 def test_split_casts_float64_mujoco_data_and_box_actions():
-    from sampleforge.components.envpool_split import EnvPoolSplit
+    from sampleforge.envs.stepping.envpool_split import EnvPoolSplit
 
     split = EnvPoolSplit(
         env_spec=envpool_spec("envpool:Hopper-v4"),
@@ -377,7 +377,7 @@ def test_pool_exception_rebuilds_the_batch_or_fails():
 
 @needs_envpool
 def test_split_refuses_specs_that_are_not_envpool():
-    from sampleforge.components.envpool_split import EnvPoolSplit
+    from sampleforge.envs.stepping.envpool_split import EnvPoolSplit
 
     spec = registry.EnvSpec("not_envpool", lambda ctx: None)
     with pytest.raises(TypeError, match="EnvSplit"):

@@ -392,10 +392,19 @@ def test_a_module_colon_id_env_trains_end_to_end(
     from sampleforge.components.runner import Runner
     from sampleforge.config import make_config
 
-    cfg = make_config(env=THIRD_PARTY_NAME, train_dir=str(tmp_path), serial_mode=True,
-                      device="cpu", train_for_env_steps=2_000, num_workers=1,
-                      num_envs_per_worker=4, rollout=8, batch_size=64,
-                      stop_at_mean_return=float("inf"), report_every_sec=60)
+    cfg = make_config(
+        env=THIRD_PARTY_NAME,
+        train_dir=str(tmp_path),
+        serial_mode=True,
+        device="cpu",
+        train_for_env_steps=2_000,
+        num_workers=1,
+        num_envs_per_worker=4,
+        rollout=8,
+        batch_size=64,
+        stop_at_mean_return=float("inf"),
+        report_every_sec=60,
+    )
     with Runner(cfg) as runner:
         summary = runner.train()
     assert summary.env_steps >= 2_000

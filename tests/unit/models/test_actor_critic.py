@@ -296,8 +296,8 @@ def test_observation_normalisation_only_touches_float_keys_and_is_saved() -> Non
 
 
 def test_pixel_normalisation_is_per_pixel_and_separate_from_vector_normalisation() -> None:
-    from sampleforge.components.model_factory import MODEL_SETTINGS
     from sampleforge.models.actor_critic import PIXEL_STATISTICS_SAMPLES
+    from sampleforge.models.factory import MODEL_SETTINGS
 
     assert "normalize_pixels" in MODEL_SETTINGS  # a checkpoint is only valid for the setting
     obs_space = OBS_SPACES["dict"]
@@ -311,8 +311,13 @@ def test_pixel_normalisation_is_per_pixel_and_separate_from_vector_normalisation
     model.update_normalizer({"image": frames, "vector": torch.zeros(600, 5)})
     rms = model.obs_normalizers[0]
     assert int(rms.count) <= PIXEL_STATISTICS_SAMPLES  # a strided subset of the 600 rows
-    torch.testing.assert_close(rms.mean, background.float().flatten().index_put(
-        (torch.tensor([0]),), rms.mean.flatten()[:1]).view(image.shape))
+    torch.testing.assert_close(
+        rms.mean,
+        background.float()
+        .flatten()
+        .index_put((torch.tensor([0]),), rms.mean.flatten()[:1])
+        .view(image.shape),
+    )
     normed = model.normalize_observations({"image": frames[:3], "vector": torch.ones(3, 5)})
     assert normed["image"].dtype == torch.float32
     assert normed["image"].flatten(1)[:, 1:].abs().max() == 0  # the background is gone

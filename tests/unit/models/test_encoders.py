@@ -1,14 +1,19 @@
-"""Unit tests for the observation encoders and make_encoder."""
+"""Unit tests for the observation encoders (IMPALA's residual network included) and
+make_encoder."""
 
 from __future__ import annotations
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
 
+from sampleforge.models.actor_critic import ActorCritic
 from sampleforge.models.encoders import (
     ConvEncoder,
     MlpEncoder,
     MultiInputEncoder,
+    ResnetEncoder,
     image_layout,
     make_encoder,
 )
@@ -35,6 +40,8 @@ def _random_obs(specs: dict[str, TensorSpec], batch: int) -> dict[str, torch.Ten
         ({"obs": IMAGE}, "auto", ConvEncoder),
         ({"obs": IMAGE}, "mlp", MlpEncoder),
         ({"obs": TensorSpec((40, 40, 3), torch.float32)}, "conv_simple", ConvEncoder),
+        ({"obs": IMAGE}, "resnet", ResnetEncoder),
+        ({"img": IMAGE, "vec": VECTOR}, "resnet", MultiInputEncoder),
         ({"img": IMAGE, "vec": VECTOR}, "auto", MultiInputEncoder),
         ({"a": VECTOR, "b": TensorSpec((2, 3), torch.float32)}, "auto", MultiInputEncoder),
     ],
@@ -49,8 +56,8 @@ def test_make_encoder_picks_and_reports_out_size(specs, encoder, inner_type) -> 
 
 
 def test_make_encoder_rejects_unknown_names() -> None:
-    with pytest.raises(ValueError, match="auto.*mlp.*conv_simple"):
-        make_encoder({"obs": VECTOR}, "resnet")
+    with pytest.raises(ValueError, match="'resnet18'.*auto, conv_nature, conv_simple, mlp, resnet"):
+        make_encoder({"obs": VECTOR}, "resnet18")
     with pytest.raises(ValueError, match="3-D"):
         make_encoder({"obs": VECTOR}, "conv_simple")
     with pytest.raises(ValueError, match="activation"):
@@ -137,7 +144,95 @@ def test_conv_encoder_runs_large_batches_in_chunks_with_the_same_result() -> Non
     assert enc.chunk_size * 4 * 84 * 84 * 4 <= 16 << 20
     x = torch.randint(0, 256, (2 * enc.chunk_size + 3, 4, 84, 84), dtype=torch.uint8)
     chunked = enc(x)
-    pieces = torch.cat([enc._encode(x[i:i + 7]) for i in range(0, len(x), 7)])
+    pieces = torch.cat([enc._encode(x[i : i + 7]) for i in range(0, len(x), 7)])
     torch.testing.assert_close(chunked, pieces)
     chunked.sum().backward()  # gradients flow through every chunk
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.parameters())
+
+
+# --- IMPALA's residual network ("large" architecture, Espeholt et al. 2018, figure 3) ---------
+
+FRAMES = TensorSpec((4, 84, 84), torch.uint8)
+
+
+def _conv_params(c_in: int, c_out: int) -> int:
+    return c_out * c_in * 3 * 3 + c_out
+
+
+def test_resnet_is_the_impala_large_network_on_84x84x4() -> None:
+    enc = make_encoder({"obs": FRAMES}, "resnet").encoder
+    assert isinstance(enc, ResnetEncoder) and enc.out_size == 256
+    # Per stage: conv3x3 -> max pool 3x3/2 -> 2 residual blocks of two conv3x3 each.
+    expected, c_in = 0, 4
+    for stage, c_out in zip(enc.stages, (16, 32, 32), strict=True):
+        convs = [m for m in stage.modules() if isinstance(m, torch.nn.Conv2d)]
+        assert [(c.in_channels, c.out_channels, c.kernel_size, c.padding) for c in convs] == (
+            [(c_in, c_out, (3, 3), (1, 1))] + [(c_out, c_out, (3, 3), (1, 1))] * 4
+        )
+        assert (stage.pool.kernel_size, stage.pool.stride) == (3, 2)
+        assert len(stage.blocks) == 2
+        expected += _conv_params(c_in, c_out) + 4 * _conv_params(c_out, c_out)
+        c_in = c_out
+    # 84 -> 42 -> 21 -> 11, then a linear layer of 256 units.
+    assert enc.fc.in_features == 32 * 11 * 11 and enc.fc.out_features == 256
+    expected += 32 * 11 * 11 * 256 + 256
+    assert expected == 1_089_232
+    assert sum(p.numel() for p in enc.parameters()) == expected
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    out = enc(x)
+    assert out.shape == (2, 256) and out.dtype == torch.float32
+    assert (out >= 0).all()  # ends with a ReLU
+    hwc = make_encoder({"obs": TensorSpec((84, 84, 4), torch.uint8)}, "resnet").encoder
+    hwc.load_state_dict(enc.state_dict())  # channels-last frames: the same network
+    torch.testing.assert_close(hwc(x.permute(0, 2, 3, 1)), out)
+
+
+def test_resnet_blocks_are_residual() -> None:
+    enc = ResnetEncoder((4, 84, 84))
+    block = enc.stages[0].blocks[0]
+    x = torch.randn(2, 16, 42, 42)
+    with torch.no_grad():
+        block.conv1.weight.zero_()
+        block.conv1.bias.zero_()
+    torch.testing.assert_close(block(x), x)  # a zero branch leaves only the skip connection
+    with torch.no_grad():
+        block.conv1.bias.fill_(1.0)
+    torch.testing.assert_close(block(x), x + 1.0)
+
+
+def test_resnet_gradients_reach_every_parameter() -> None:
+    enc = ResnetEncoder((4, 84, 84))
+    x = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    enc(x).pow(2).sum().backward()
+    for name, p in enc.named_parameters():
+        assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        assert p.grad.abs().sum() > 0, name
+
+
+def test_resnet_scales_uint8_and_takes_normalized_pixels_as_they_are() -> None:
+    enc = ResnetEncoder((4, 84, 84))
+    x = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    torch.testing.assert_close(enc(x), enc(x.float() / 255.0))
+    # normalize_pixels: the actor-critic hands the encoder (x - mean) / std as floats.
+    model = ActorCritic(
+        gym.spaces.Box(0, 255, (4, 84, 84), np.uint8),
+        gym.spaces.Discrete(3),
+        encoder="resnet",
+        normalize_pixels=True,
+    )
+    assert model.normalized_keys == ["obs"]
+    model.update_normalizer({"obs": x})
+    normalized = model.normalize_observations({"obs": x})["obs"]
+    assert normalized.dtype == torch.float32
+    encoder = model.actor_encoder.encoder
+    torch.testing.assert_close(model.actor_encoder({"obs": normalized}), encoder(normalized))
+    assert model.act({"obs": x}, torch.zeros(2, 0)).actions.shape == (2, 1)
+
+
+def test_resnet_runs_large_cpu_batches_in_chunks_with_the_same_result() -> None:
+    enc = ResnetEncoder((4, 84, 84))
+    # The largest activation of a chunk (the first stage's) stays under 16 MB.
+    assert enc.chunk_size * 16 * 84 * 84 * 4 <= 16 << 20
+    x = torch.randint(0, 256, (enc.chunk_size + 5, 4, 84, 84), dtype=torch.uint8)
+    with torch.no_grad():
+        torch.testing.assert_close(enc(x), torch.cat([enc._encode(x[:5]), enc._encode(x[5:])]))

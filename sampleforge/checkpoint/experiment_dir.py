@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sampleforge.components.model_factory import MODEL_SETTINGS
 from sampleforge.config import Config, ConfigError, config_to_dict
 from sampleforge.config.sources import SOURCES_KEY, config_sources
+from sampleforge.models.factory import MODEL_SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +30,13 @@ log = logging.getLogger(__name__)
 MARKER_FILENAME = ".sampleforge_experiment"
 
 # Settings a checkpoint depends on: changing them on resume is refused.
-FROZEN_ON_RESUME = ("env", "algorithm", "rollout", "num_policies",
-                    "num_frozen_opponents") + MODEL_SETTINGS
+FROZEN_ON_RESUME = (
+    "env",
+    "algorithm",
+    "rollout",
+    "num_policies",
+    "num_frozen_opponents",
+) + MODEL_SETTINGS
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,9 @@ def prepare_experiment(cfg: Config) -> tuple[ExperimentDir, bool]:
         resume = exp.has_checkpoints()
     exp.path.mkdir(parents=True, exist_ok=True)
     exp.marker_path.touch()
-    write_json_atomic(exp.config_path,
-                      {**config_to_dict(cfg), SOURCES_KEY: dict(config_sources(cfg))})
+    write_json_atomic(
+        exp.config_path, {**config_to_dict(cfg), SOURCES_KEY: dict(config_sources(cfg))}
+    )
     return exp, resume
 
 
@@ -88,8 +94,12 @@ def _check_inside_train_dir(path: Path, train_dir: Path) -> None:
     """The experiment folder is a real folder directly inside train_dir (validation refuses
     names like '..'; this catches a symlink planted in train_dir)."""
     if path.is_symlink():
-        raise ConfigError([f"experiment folder {path} is a symbolic link: refusing to use it "
-                           "(give another --experiment)"])
+        raise ConfigError(
+            [
+                f"experiment folder {path} is a symbolic link: refusing to use it "
+                "(give another --experiment)"
+            ]
+        )
     if path.resolve().parent != train_dir.resolve():
         raise ConfigError([f"experiment folder {path} resolves outside train_dir {train_dir}"])
 
@@ -97,10 +107,14 @@ def _check_inside_train_dir(path: Path, train_dir: Path) -> None:
 def _check_ours(exp: ExperimentDir) -> None:
     """Overwrite deletes only a folder that sampleforge made."""
     if not (exp.path.is_dir() and exp.config_path.is_file() and exp.marker_path.is_file()):
-        raise ConfigError([f"--restart_behavior overwrite: {exp.path} is not a sampleforge "
-                           f"experiment folder (no config.json and {MARKER_FILENAME}); "
-                           "refusing to delete it (delete it yourself, or give another "
-                           "--experiment)"])
+        raise ConfigError(
+            [
+                f"--restart_behavior overwrite: {exp.path} is not a sampleforge "
+                f"experiment folder (no config.json and {MARKER_FILENAME}); "
+                "refusing to delete it (delete it yourself, or give another "
+                "--experiment)"
+            ]
+        )
 
 
 def config_changes(saved: dict[str, Any], new: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -112,8 +126,12 @@ def check_resume_allowed(changes: dict[str, tuple[Any, Any]], path: Path) -> Non
     frozen = {k: v for k, v in changes.items() if k in FROZEN_ON_RESUME}
     if frozen:
         diff = "; ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in frozen.items())
-        raise ConfigError([f"cannot resume experiment {path} with a changed {diff} (use another "
-                           "--experiment, or --restart_behavior overwrite to start it afresh)"])
+        raise ConfigError(
+            [
+                f"cannot resume experiment {path} with a changed {diff} (use another "
+                "--experiment, or --restart_behavior overwrite to start it afresh)"
+            ]
+        )
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

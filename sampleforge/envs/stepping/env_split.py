@@ -34,12 +34,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
 
-from sampleforge.envs.envpool_env import is_envpool_spec
+from sampleforge.buffers.step_validity import Excluded, exclude
+from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec, env_seed, make_env
 from sampleforge.spaces import actions_to_env, observation_to_dict
 
@@ -78,11 +79,21 @@ class EnvSplit:
 
     seats = 1  # rows per env
 
-    def __init__(self, *, env_spec: EnvSpec, worker_index: int, first_env_index: int,
-                 num_envs: int, seed: int | None, error_policy: str):
+    def __init__(
+        self,
+        *,
+        env_spec: EnvSpec,
+        worker_index: int,
+        first_env_index: int,
+        num_envs: int,
+        seed: int | None,
+        error_policy: str,
+    ):
         self.env_spec = env_spec
-        self.contexts = [EnvContext(worker_index=worker_index, env_index=first_env_index + i,
-                                    seed=seed) for i in range(num_envs)]
+        self.contexts = [
+            EnvContext(worker_index=worker_index, env_index=first_env_index + i, seed=seed)
+            for i in range(num_envs)
+        ]
         self.error_policy = error_policy
         self.envs = [self._build(ctx) for ctx in self.contexts]
         # Envs truncated at the last step: their final observation was written; reset them now.
@@ -99,9 +110,11 @@ class EnvSplit:
         try:
             return make_env(self.env_spec, context)
         except Exception as e:
-            raise EnvFaultError(f"env {self.env_spec.name!r} could not be created in worker "
-                                f"{context.worker_index} (env {context.env_index}): "
-                                f"{type(e).__name__}: {e}") from e
+            raise EnvFaultError(
+                f"env {self.env_spec.name!r} could not be created in worker "
+                f"{context.worker_index} (env {context.env_index}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
 
     def __len__(self) -> int:
         return len(self.envs)
@@ -134,14 +147,13 @@ class EnvSplit:
             try:
                 if self._reset_pending[i]:
                     obs, reward, done = self._reset_after_truncation(i, outcome), 0.0, True
-                    out.valids[i] = 0.0
+                    exclude(out.valids, i, Excluded.TRUNCATION_RESET)
                 else:
                     obs, reward, done = self._step_env(i, env_actions[i], outcome)
             except Exception as e:  # noqa: BLE001 - the fault policy decides
-                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True,
-                                     cause=e)
+                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True, cause=e)
                 reward, done = 0.0, True
-                out.valids[i] = 0.0
+                exclude(out.valids, i, Excluded.ENV_FAULT)
                 outcome.ended_envs.append(i)
             out.rewards[i] = reward
             out.dones[i] = done
@@ -154,7 +166,8 @@ class EnvSplit:
         """Step env `i`; returns the observation to write for t + 1, the reward and whether
         bootstrapping from that observation is cut (see "Episode ends" in the module docstring)."""
         env = self.envs[i]
-        obs, reward, terminated, truncated, info = env.step(action)
+        obs, raw_reward, terminated, truncated, info = env.step(action)
+        reward = float(raw_reward)
         if not (terminated or truncated):
             return obs, reward, False
         episode = info.get("episode")
@@ -185,13 +198,16 @@ class EnvSplit:
                 pass
 
     # --- faults ---------------------------------------------------------------------------------
-    def _on_fault(self, i: int, what: str, outcome: StepOutcome, rebuild: bool,
-                  cause: Exception | None = None) -> Any:
+    def _on_fault(
+        self, i: int, what: str, outcome: StepOutcome, rebuild: bool, cause: Exception | None = None
+    ) -> Any:
         """Apply the fault policy to env `i`; returns the reset's observation (a list per seat
         for multi-agent envs)."""
         ctx = self.contexts[i]
-        message = (f"env {self.env_spec.name!r} failed in worker {ctx.worker_index} "
-                   f"(env {ctx.env_index}): {what}")
+        message = (
+            f"env {self.env_spec.name!r} failed in worker {ctx.worker_index} "
+            f"(env {ctx.env_index}): {what}"
+        )
         if self.error_policy == "fail":
             raise EnvFaultError(message) from cause
         log.warning("%s; restarting it", message)
@@ -212,14 +228,13 @@ class EnvSplit:
         bad_rows = np.flatnonzero(bad_rewards | bad_obs)
         for i in sorted({int(r) // self.seats for r in bad_rows}):
             rows = self.env_rows(i)
-            what = ("non-finite reward" if bad_rewards[rows].any()
-                    else "non-finite observation")
+            what = "non-finite reward" if bad_rewards[rows].any() else "non-finite observation"
             obs = self._on_fault(i, what, outcome, rebuild=False)
             self._write_env_rows(obs, out.next_obs, i)
             self._sanitize_obs(out.next_obs)
             out.rewards[rows] = 0.0
             out.dones[rows] = 1.0
-            out.valids[rows] = 0.0
+            exclude(out.valids, rows, Excluded.ENV_FAULT)
             outcome.ended_envs.append(i)
 
     @staticmethod
@@ -231,8 +246,7 @@ class EnvSplit:
                 continue
             rows_bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)
             if rows_bad.any():
-                array[rows_bad] = np.nan_to_num(array[rows_bad], nan=0.0, posinf=0.0,
-                                                neginf=0.0)
+                array[rows_bad] = np.nan_to_num(array[rows_bad], nan=0.0, posinf=0.0, neginf=0.0)
             bad = rows_bad if bad is None else bad | rows_bad
         if bad is None:
             bad = np.zeros(len(next(iter(next_obs.values()))), dtype=bool)
@@ -261,17 +275,23 @@ class MultiAgentEnvSplit(EnvSplit):
     """`num_envs` multi-agent envs (`MultiAgentEnv`), one row per seat; see the module
     docstring."""
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.seats = int(self.envs[0].num_agents)
+        self.seats = int(self.agent_envs[0].num_agents)
         rows = self.num_rows
         self._seat_done = np.zeros(rows, dtype=bool)
         self._returns = np.zeros(rows, dtype=np.float64)
         self._lengths = np.zeros(rows, dtype=np.int64)
 
+    @property
+    def agent_envs(self) -> list[MultiAgentEnv]:
+        """`envs` itself (the same list), typed as what it holds: `make_env` returns a checked
+        `MultiAgentEnv` for a multi-agent spec, but is typed for single-agent envs."""
+        return cast(list[MultiAgentEnv], self.envs)
+
     def set_reward_shaping(self, i: int, seat: int, coefficients: dict[str, float]) -> None:
         """Reward seat `seat` of env `i` with `coefficients` (its new policy's)."""
-        self.envs[i].set_reward_shaping(seat, coefficients)
+        self.agent_envs[i].set_reward_shaping(seat, coefficients)
 
     @staticmethod
     def _by_seat(obs: Any) -> list[Any]:
@@ -283,35 +303,36 @@ class MultiAgentEnvSplit(EnvSplit):
         env_actions = actions_to_env(actions, self.action_space)
         observations: list[Any] = []
         out.valids[:] = 1.0
-        for i, env in enumerate(self.envs):
+        for i, env in enumerate(self.agent_envs):
             rows = self.env_rows(i)
             finished_before = self._seat_done[rows].copy()
             try:
                 if self._reset_pending[i]:
                     obs = self._reset_after_truncation(i, outcome)
                     self._clear_episode(rows)
-                    out.rewards[rows], out.dones[rows], out.valids[rows] = 0.0, 1.0, 0.0
+                    out.rewards[rows], out.dones[rows] = 0.0, 1.0
+                    exclude(out.valids, rows, Excluded.TRUNCATION_RESET)
                     observations += list(obs)
                     continue
                 obs, rewards, terminated, truncated, infos = env.step(list(env_actions[rows]))
                 out.rewards[rows] = rewards
             except Exception as e:  # noqa: BLE001 - the fault policy decides
-                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True,
-                                     cause=e)
+                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True, cause=e)
                 self._clear_episode(rows)
                 out.rewards[rows] = 0.0
                 out.dones[rows] = 1.0
-                out.valids[rows] = 0.0
+                exclude(out.valids, rows, Excluded.ENV_FAULT)
                 outcome.ended_envs.append(i)
                 observations += list(obs)
                 continue
             terminated = np.asarray(terminated, dtype=bool)
             truncated = np.asarray(truncated, dtype=bool) & ~terminated
             # A seat that was already done has nothing left to learn from in this episode.
-            out.valids[rows] = np.where(finished_before, 0.0, 1.0)
+            exclude(out.valids[rows], finished_before, Excluded.SEAT_OUT_OF_PLAY)  # a view
             out.rewards[rows] = np.where(finished_before, 0.0, out.rewards[rows])
-            self._count(rows, out.rewards[rows], terminated | truncated, finished_before, infos,
-                        outcome)
+            self._count(
+                rows, out.rewards[rows], terminated | truncated, finished_before, infos, outcome
+            )
             # A truncated seat bootstraps from its final observation (module docstring).
             out.dones[rows] = np.logical_or(terminated, finished_before)
             if self._seat_done[rows].all():
@@ -321,8 +342,9 @@ class MultiAgentEnvSplit(EnvSplit):
         self._check_finite(out, outcome)
         return outcome
 
-    def _end_episode(self, i: int, final_obs: Any, truncated_now: np.ndarray,
-                     outcome: StepOutcome) -> Any:
+    def _end_episode(
+        self, i: int, final_obs: Any, truncated_now: np.ndarray, outcome: StepOutcome
+    ) -> Any:
         """Every seat of env `i` is done: reset it now, or on the next step when a seat was
         truncated in this one (its final observation must be seen); returns what to write."""
         if truncated_now.any():
@@ -333,8 +355,15 @@ class MultiAgentEnvSplit(EnvSplit):
         outcome.ended_envs.append(i)
         return obs
 
-    def _count(self, rows: slice, rewards: np.ndarray, done: np.ndarray,
-               finished_before: np.ndarray, infos: list[dict], outcome: StepOutcome) -> None:
+    def _count(
+        self,
+        rows: slice,
+        rewards: np.ndarray,
+        done: np.ndarray,
+        finished_before: np.ndarray,
+        infos: list[dict],
+        outcome: StepOutcome,
+    ) -> None:
         """Episode statistics per seat: a seat's episode ends on its first done step."""
         playing = ~finished_before
         self._returns[rows] += np.where(playing, rewards, 0.0)
@@ -357,14 +386,3 @@ class MultiAgentEnvSplit(EnvSplit):
         self._clear_episode(self.env_rows(i))
         for seat, seat_obs in enumerate(obs):
             self._write_row(seat_obs, targets, i * self.seats + seat)
-
-
-def make_env_split(*, env_spec: EnvSpec, **kwargs) -> EnvSplit:
-    """The split class that fits the env: one row per env, or one per agent seat; an EnvPool
-    task steps its whole batch in one call."""
-    if is_envpool_spec(env_spec):
-        from sampleforge.components.envpool_split import EnvPoolSplit  # it imports this module
-
-        return EnvPoolSplit(env_spec=env_spec, **kwargs)
-    split_type = MultiAgentEnvSplit if env_spec.multi_agent else EnvSplit
-    return split_type(env_spec=env_spec, **kwargs)

@@ -23,11 +23,12 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
+from sampleforge.checkpoint.experiment_dir import write_json_atomic
 from sampleforge.comms.messages import (
     CopyPolicy,
     EpisodesFinished,
@@ -37,7 +38,6 @@ from sampleforge.comms.messages import (
     TrainingReport,
 )
 from sampleforge.comms.queues import send_many
-from sampleforge.components.experiment import write_json_atomic
 from sampleforge.config import Config
 from sampleforge.pbt import (
     HISTORY_FILENAME,
@@ -55,24 +55,29 @@ SHAPING_PREFIX = "shaping."
 LEARNER_HYPERPARAMETERS = ("learning_rate", "entropy_coeff", "adam_beta1")
 
 
-class Population:
+class PopulationCoordinator:
     """Statistics and population decisions for the runner; see the module docstring."""
 
-    def __init__(self, cfg: Config, wiring, experiment_path: Path,
-                 reward_shaping: dict[str, float], resume: bool):
+    def __init__(
+        self,
+        cfg: Config,
+        wiring,
+        experiment_path: Path,
+        reward_shaping: dict[str, float],
+        resume: bool,
+    ):
         self.cfg = cfg
         self.wiring = wiring
         self.path = experiment_path
         self.returns = {p: EpisodeStatsWindow(100) for p in range(cfg.num_policies)}
-        self.wins: dict[int, deque[float]] = {p: deque(maxlen=100)
-                                              for p in range(cfg.num_policies)}
+        self.wins: dict[int, deque[float]] = {p: deque(maxlen=100) for p in range(cfg.num_policies)}
         self.lag: dict[int, float] = {}  # mean policy lag of each learner's last iteration
         self.env_steps: dict[int, int] = {}
         self._rng = np.random.default_rng(cfg.seed)
         self._next_snapshot = cfg.snapshot_every_env_steps
         self._snapshots = 0
-        self.pbt: Optional[PopulationBasedTraining] = None
-        self.history: Optional[PbtHistory] = None
+        self.pbt: PopulationBasedTraining | None = None
+        self.history: PbtHistory | None = None  # set together with `pbt`
         if cfg.with_pbt:
             self._start_pbt(reward_shaping, resume)
 
@@ -86,19 +91,20 @@ class Population:
         self.lag[msg.policy_id] = msg.lag_mean
         self.env_steps[msg.policy_id] = msg.env_steps
 
-    def sample_share(self, policy: int) -> Optional[float]:
+    def sample_share(self, policy: int) -> float | None:
         """The policy's share of all samples trained on so far (its share of the FPS)."""
         total = sum(self.env_steps.values())
         return self.env_steps.get(policy, 0) / total if total else None
 
-    def win_rate(self, policy: int) -> Optional[float]:
+    def win_rate(self, policy: int) -> float | None:
         wins = self.wins[policy]
         return float(np.mean(wins)) if wins else None
 
-    def objective(self, policy: int) -> Optional[float]:
+    def objective(self, policy: int) -> float | None:
         """What PBT ranks by: win rate (self-play) or mean return."""
         use_wins = self.cfg.pbt_objective == "win_rate" or (
-            self.cfg.pbt_objective == "auto" and any(self.wins.values()))
+            self.cfg.pbt_objective == "auto" and any(self.wins.values())
+        )
         return self.win_rate(policy) if use_wins else self.returns[policy].mean_return
 
     def scalars(self) -> dict[str, float]:
@@ -107,15 +113,18 @@ class Population:
             return {}
         out: dict[str, float] = {}
         for p, window in self.returns.items():
-            if window.count:
-                out[f"policy_{p}/return_mean"] = window.mean_return
-                out[f"policy_{p}/length_mean"] = window.mean_length
+            mean_return, mean_length = window.mean_return, window.mean_length
+            if mean_return is not None and mean_length is not None:  # i.e. window.count > 0
+                out[f"policy_{p}/return_mean"] = mean_return
+                out[f"policy_{p}/length_mean"] = mean_length
             rate = self.win_rate(p)
             if rate is not None:
                 out[f"policy_{p}/win_rate"] = rate
             if p in self.lag:
                 out[f"policy_{p}/lag_mean"] = self.lag[p]
-                out[f"policy_{p}/sample_share"] = self.sample_share(p)
+                share = self.sample_share(p)
+                if share is not None:  # always: p's report counted its env steps
+                    out[f"policy_{p}/sample_share"] = share
             if self.pbt is not None:
                 for name, value in self.pbt.hyperparameters(p).items():
                     out[f"policy_{p}/pbt_{name}"] = value
@@ -145,6 +154,7 @@ class Population:
             objectives = {p: self.objective(p) for p in self.returns}
             events = self.pbt.step(env_steps, objectives)
             self._carry_out(events)
+            assert self.history is not None  # created together with self.pbt
             self.history.append(events)
             self.save()
             for event in events:
@@ -159,21 +169,31 @@ class Population:
     # --- PBT ------------------------------------------------------------------------------------
     def _start_pbt(self, reward_shaping: dict[str, float], resume: bool) -> None:
         cfg = self.cfg
-        initial = {"learning_rate": cfg.learning_rate, "entropy_coeff": cfg.entropy_coeff,
-                   "adam_beta1": cfg.adam_beta1}
+        initial = {
+            "learning_rate": cfg.learning_rate,
+            "entropy_coeff": cfg.entropy_coeff,
+            "adam_beta1": cfg.adam_beta1,
+        }
         initial.update({SHAPING_PREFIX + k: v for k, v in reward_shaping.items()})
-        settings = PbtSettings(period_env_steps=cfg.pbt_period_env_steps,
-                               mutation_probability=cfg.pbt_mutation_probability,
-                               mutation_factor=cfg.pbt_mutation_factor,
-                               replace_threshold=cfg.pbt_replace_threshold, seed=cfg.seed)
-        self.pbt = PopulationBasedTraining(settings, cfg.num_policies,
-                                           {p: dict(initial) for p in range(cfg.num_policies)})
+        settings = PbtSettings(
+            period_env_steps=cfg.pbt_period_env_steps,
+            mutation_probability=cfg.pbt_mutation_probability,
+            mutation_factor=cfg.pbt_mutation_factor,
+            replace_threshold=cfg.pbt_replace_threshold,
+            seed=cfg.seed,
+        )
+        self.pbt = PopulationBasedTraining(
+            settings, cfg.num_policies, {p: dict(initial) for p in range(cfg.num_policies)}
+        )
         self.history = PbtHistory(self.path / HISTORY_FILENAME)
         state_path = self.path / PBT_STATE_FILENAME
         if resume and state_path.exists():
             self.pbt.load_state_dict(json.loads(state_path.read_text()))
-            log.info("PBT resumed after %d rounds (next at %d env steps)", self.pbt.rounds,
-                     self.pbt.next_round_env_steps)
+            log.info(
+                "PBT resumed after %d rounds (next at %d env steps)",
+                self.pbt.rounds,
+                self.pbt.next_round_env_steps,
+            )
 
     def send_current_hyperparameters(self) -> None:
         """Tell every learner and rollout worker the population's current values (after a
@@ -185,18 +205,23 @@ class Population:
         touched = []
         for event in events:
             if event.kind == "replace" and event.source_policy is not None:
-                send_many(self.wiring.learner_inboxes[event.policy],
-                          [CopyPolicy(event.source_policy)])
+                send_many(
+                    self.wiring.learner_inboxes[event.policy], [CopyPolicy(event.source_policy)]
+                )
             touched.append(event.policy)
         self._apply_hyperparameters(sorted(set(touched)))
 
-    def _apply_hyperparameters(self, policies) -> None:
+    def _apply_hyperparameters(self, policies: Iterable[int]) -> None:
+        assert self.pbt is not None  # called only when PBT runs
         for p in policies:
             values = self.pbt.hyperparameters(p)
             learner = {k: v for k, v in values.items() if k in LEARNER_HYPERPARAMETERS}
             send_many(self.wiring.learner_inboxes[p], [SetHyperparameters(learner)])
-            shaping = {k.removeprefix(SHAPING_PREFIX): v for k, v in values.items()
-                       if k.startswith(SHAPING_PREFIX)}
+            shaping = {
+                k.removeprefix(SHAPING_PREFIX): v
+                for k, v in values.items()
+                if k.startswith(SHAPING_PREFIX)
+            }
             if shaping:
                 for w in range(self.cfg.num_workers):
                     send_many(self.wiring.rollout_inbox(w), [SetRewardShaping(p, shaping)])
@@ -211,5 +236,6 @@ def _describe(event: PbtEvent) -> str:
     changes = ", ".join(f"{k} {old:.3g} -> {new:.3g}" for k, (old, new) in event.changes.items())
     if event.kind == "replace":
         return f"policy {event.policy} copies policy {event.source_policy}" + (
-            f" ({changes})" if changes else "")
+            f" ({changes})" if changes else ""
+        )
     return f"policy {event.policy} mutated: {changes}"

@@ -1,4 +1,4 @@
-"""Unit tests for sampleforge.envs.duel: the rules, seat symmetry, the bot and the gym view."""
+"""Unit tests for sampleforge.envs.grid_duel: the rules, seat symmetry, the bot and the gym view."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from sampleforge.envs.duel import (
+from sampleforge.envs.grid_duel import (
     D_DOWN,
     D_LEFT,
     D_RIGHT,

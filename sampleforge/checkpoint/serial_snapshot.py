@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from sampleforge.checkpoint.store import sha256_file
+from sampleforge.comms.hosts import InlineHost
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.config import Config, config_to_dict
 
@@ -45,18 +46,25 @@ SIDECAR_SUFFIX = ".json"  # serial_state.pt.json, plain JSON: read before anythi
 FORMAT_VERSION = 1
 
 
-def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, components: dict) -> bool:
+def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, host) -> bool:
     """Capture the system and write it atomically; False (with a warning) if it cannot be."""
     try:
-        state = {"format_version": FORMAT_VERSION, "config_hash": config_hash(cfg),
-                 "runner": runner_state, "rng": _rng_states(),
-                 "components": {name: c.snapshot_state() for name, c in components.items()},
-                 "queues": _drain_and_refill(wiring.queues()),
-                 "tensors": {k: t.clone() for k, t in _shared_tensors(wiring).items()}}
+        state = {
+            "format_version": FORMAT_VERSION,
+            "config_hash": config_hash(cfg),
+            "runner": runner_state,
+            "rng": _rng_states(),
+            "components": {n: c.snapshot_state() for n, c in _components(host).items()},
+            "queues": _drain_and_refill(wiring.queues()),
+            "tensors": {k: t.clone() for k, t in _shared_tensors(wiring).items()},
+        }
         tmp = path.with_name(f".{path.name}.tmp")
         torch.save(state, tmp)
-        header = {"format_version": FORMAT_VERSION, "config_hash": state["config_hash"],
-                  "sha256": sha256_file(tmp)}
+        header = {
+            "format_version": FORMAT_VERSION,
+            "config_hash": state["config_hash"],
+            "sha256": sha256_file(tmp),
+        }
         sidecar, tmp_sidecar = _sidecar(path), path.with_name(f".{path.name}.json.tmp")
         tmp_sidecar.write_text(json.dumps(header))
         # data first: a stop between the two leaves a mismatch, which is refused
@@ -64,8 +72,11 @@ def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, component
         os.replace(tmp_sidecar, sidecar)
         return True
     except Exception as e:  # noqa: BLE001 - exactness is a bonus, never a reason to fail a run
-        log.warning("no exact-resume snapshot (%s: %s); a resume continues from the checkpoint",
-                    type(e).__name__, e)
+        log.warning(
+            "no exact-resume snapshot (%s: %s); a resume continues from the checkpoint",
+            type(e).__name__,
+            e,
+        )
         return False
 
 
@@ -78,8 +89,11 @@ def take_snapshot(path: Path, cfg: Config) -> dict | None:
     try:
         refusal = _refusal(path, cfg)
         if refusal is not None:
-            log.warning("ignoring the exact-resume snapshot %s: %s; resuming from the "
-                        "checkpoint", path, refusal)
+            log.warning(
+                "ignoring the exact-resume snapshot %s: %s; resuming from the checkpoint",
+                path,
+                refusal,
+            )
             return None
         return torch.load(path, weights_only=False)  # verified above: see the module docstring
     finally:
@@ -110,9 +124,14 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
-def restore_snapshot(state: dict, wiring, components: dict) -> dict:
+def _components(host: InlineHost) -> dict:
+    assert isinstance(host, InlineHost), "serial mode runs its components inline"
+    return host.components
+
+
+def restore_snapshot(state: dict, wiring, host) -> dict:
     """Put every component, queue, shared tensor and RNG back; returns the runner's state."""
-    for name, component in components.items():
+    for name, component in _components(host).items():
         component.restore_state(state["components"][name])
     for key, tensor in _shared_tensors(wiring).items():
         tensor.copy_(state["tensors"][key])
@@ -127,8 +146,11 @@ def restore_snapshot(state: dict, wiring, components: dict) -> dict:
 
 def config_hash(cfg: Config) -> str:
     """Identifies the settings a snapshot is valid for (not the stopping criteria)."""
-    data = {k: v for k, v in config_to_dict(cfg).items()
-            if k not in ("train_for_env_steps", "train_for_seconds", "restart_behavior")}
+    data = {
+        k: v
+        for k, v in config_to_dict(cfg).items()
+        if k not in ("train_for_env_steps", "train_for_seconds", "restart_behavior")
+    }
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -145,18 +167,30 @@ def _drain_and_refill(queues: dict[str, Any]) -> dict[str, list]:
 def _shared_tensors(wiring) -> dict[str, torch.Tensor]:
     tensors = {f"buffer.{k}": t for k, t in wiring.buffer.fields().items()}
     ledger = wiring.ledger
-    tensors.update({"ledger.slot_owners": ledger.slot_owners,
-                    "ledger.slot_readers": ledger.slot_readers,
-                    "ledger.generations": ledger.generations})
+    tensors.update(
+        {
+            "ledger.slot_owners": ledger.slot_owners,
+            "ledger.slot_readers": ledger.slot_readers,
+            "ledger.generations": ledger.generations,
+        }
+    )
     for p, weights in wiring.weights.items():
-        tensors.update({f"weights{p}.flat": weights.flat, f"weights{p}.exact": weights.exact,
-                        f"weights{p}.header": weights.header})
+        tensors.update(
+            {
+                f"weights{p}.flat": weights.flat,
+                f"weights{p}.exact": weights.exact,
+                f"weights{p}.header": weights.header,
+            }
+        )
     return tensors
 
 
 def _rng_states() -> dict:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-            "python": random.getstate()}
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
 
 
 def _set_rng_states(states: dict) -> None:

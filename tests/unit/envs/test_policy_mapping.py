@@ -1,11 +1,11 @@
-"""Unit tests for PolicyMapping (components/policy_mapping.py)."""
+"""Unit tests for PolicyMapping (envs/policy_mapping.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from sampleforge.components.policy_mapping import PolicyMapping, PolicyMappingError
+from sampleforge.envs.policy_mapping import PolicyMapping, PolicyMappingError
 
 
 def last_seat_frozen(env_index, seat, num_policies, num_frozen, rng):
@@ -44,11 +44,14 @@ def test_custom_function_by_import_path():
     assert mapping.assign(4, 2, np.random.default_rng()).tolist() == [1, 3]
 
 
-@pytest.mark.parametrize("name, match", [
-    ("nonsense", "neither one of random, seat"),
-    ("no_such_module_xyz:fn", "cannot be imported"),
-    (f"{__name__}:missing_function", "cannot be imported"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("nonsense", "neither one of random, seat"),
+        ("no_such_module_xyz:fn", "cannot be imported"),
+        (f"{__name__}:missing_function", "cannot be imported"),
+    ],
+)
 def test_bad_mapping_names_are_clear_errors(name, match):
     with pytest.raises(PolicyMappingError, match=match):
         PolicyMapping(name, num_policies=2)

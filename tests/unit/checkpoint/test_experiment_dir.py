@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sampleforge.components.experiment import (
+from sampleforge.checkpoint.experiment_dir import (
     FROZEN_ON_RESUME,
     MARKER_FILENAME,
     prepare_experiment,
@@ -17,8 +17,15 @@ from sampleforge.config.sources import SOURCES_KEY
 
 def _cfg(tmp_path, **overrides):
     # pinned explicitly so that the tests do not depend on the schema's defaults
-    settings = dict(train_dir=str(tmp_path), experiment="exp", env="CartPole-v1", rnn="none",
-                    rollout=32, batch_size=256, learning_rate=1e-3)
+    settings = dict(
+        train_dir=str(tmp_path),
+        experiment="exp",
+        env="CartPole-v1",
+        rnn="none",
+        rollout=32,
+        batch_size=256,
+        learning_rate=1e-3,
+    )
     settings.update(overrides)
     return make_config(**settings)
 
@@ -90,13 +97,16 @@ def test_unrelated_files_do_not_count_as_checkpoints(tmp_path):
     assert resume is False
 
 
-@pytest.mark.parametrize("field, old, new", [
-    ("env", "CartPole-v1", "MountainCar-v0"),
-    ("rnn", "none", "gru"),
-    ("rollout", 32, 64),
-    ("mlp_hidden_sizes", (64, 64), (32, 32)),
-    ("algorithm", "appo", "impala"),
-])
+@pytest.mark.parametrize(
+    "field, old, new",
+    [
+        ("env", "CartPole-v1", "MountainCar-v0"),
+        ("rnn", "none", "gru"),
+        ("rollout", 32, 64),
+        ("mlp_hidden_sizes", (64, 64), (32, 32)),
+        ("algorithm", "appo", "impala"),
+    ],
+)
 def test_changing_frozen_setting_is_refused(tmp_path, field, old, new):
     assert field in FROZEN_ON_RESUME
     first = _cfg(tmp_path, **{field: old})
@@ -163,18 +173,21 @@ def test_overwrite_of_missing_folder_just_creates_it(tmp_path):
 def test_other_experiments_are_untouched(tmp_path):
     a, _ = prepare_experiment(make_config(train_dir=str(tmp_path), experiment="a"))
     _fake_checkpoint(a.path)
-    prepare_experiment(make_config(train_dir=str(tmp_path), experiment="b",
-                                   restart_behavior="overwrite"))
+    prepare_experiment(
+        make_config(train_dir=str(tmp_path), experiment="b", restart_behavior="overwrite")
+    )
     assert a.has_checkpoints()
 
 
 def _tree(root) -> list[tuple[str, bytes]]:
-    return sorted((str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"")
-                  for p in root.rglob("*"))
+    return sorted(
+        (str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"") for p in root.rglob("*")
+    )
 
 
-@pytest.mark.parametrize("name", ["..", ".", "../x", "a/b", "/tmp/x", "~", "~user", "a\\b",
-                                  "  ", "x\0y"])
+@pytest.mark.parametrize(
+    "name", ["..", ".", "../x", "a/b", "/tmp/x", "~", "~user", "a\\b", "  ", "x\0y"]
+)
 def test_experiment_names_that_could_reach_outside_train_dir_are_refused(tmp_path, name):
     train_dir = tmp_path / "train_dir"
     mine = train_dir / "mine"

@@ -52,8 +52,9 @@ class PolicyMapping:
             if self.num_frozen and seats > 1:
                 frozen = rng.random(seats) < self.frozen_opponent_prob
                 frozen[0] = False
-                ids = np.where(frozen, self.num_policies + rng.integers(self.num_frozen,
-                                                                        size=seats), ids)
+                ids = np.where(
+                    frozen, self.num_policies + rng.integers(self.num_frozen, size=seats), ids
+                )
             return ids.astype(np.int32)
         if self.name == "seat":
             return (np.arange(seats) % self.num_policies).astype(np.int32)
@@ -62,12 +63,15 @@ class PolicyMapping:
     def _custom(self, env_index: int, seats: int, rng: np.random.Generator) -> np.ndarray:
         fn = load_mapping_function(self.name)
         total = self.num_policies + self.num_frozen
-        ids = [int(fn(env_index, seat, self.num_policies, self.num_frozen, rng))
-               for seat in range(seats)]
+        ids = [
+            int(fn(env_index, seat, self.num_policies, self.num_frozen, rng))
+            for seat in range(seats)
+        ]
         bad = [i for i in ids if not 0 <= i < total]
         if bad:
-            raise PolicyMappingError(f"policy mapping {self.name!r} returned policy {bad[0]}; "
-                                     f"allowed: 0..{total - 1}")
+            raise PolicyMappingError(
+                f"policy mapping {self.name!r} returned policy {bad[0]}; allowed: 0..{total - 1}"
+            )
         return np.asarray(ids, dtype=np.int32)
 
 
@@ -75,8 +79,10 @@ def load_mapping_function(path: str) -> MappingFunction:
     """Import `package.module:function`."""
     module_name, _, attr = path.partition(":")
     if not module_name or not attr:
-        raise PolicyMappingError(f"policy_mapping {path!r} is neither one of "
-                                 f"{', '.join(BUILT_IN_MAPPINGS)} nor 'package.module:function'")
+        raise PolicyMappingError(
+            f"policy_mapping {path!r} is neither one of "
+            f"{', '.join(BUILT_IN_MAPPINGS)} nor 'package.module:function'"
+        )
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as e:

@@ -4,9 +4,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from sampleforge.components.env_split import EnvFaultError, EnvSplit, StepTargets
 from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec
+from sampleforge.envs.stepping.env_split import EnvFaultError, EnvSplit, StepTargets
 
 
 class ScriptedFaultEnv(gym.Env):
@@ -39,14 +39,18 @@ class ScriptedFaultEnv(gym.Env):
 
 def _split(fault: str, policy: str = "restart") -> EnvSplit:
     spec = EnvSpec(f"fault_{fault}", lambda ctx: ScriptedFaultEnv(ctx.env_index, fault))
-    return EnvSplit(env_spec=spec, worker_index=3, first_env_index=0, num_envs=3, seed=0,
-                    error_policy=policy)
+    return EnvSplit(
+        env_spec=spec, worker_index=3, first_env_index=0, num_envs=3, seed=0, error_policy=policy
+    )
 
 
 def _targets(n=3) -> StepTargets:
-    return StepTargets(rewards=np.full(n, np.nan, np.float32), dones=np.zeros(n, np.float32),
-                       valids=np.zeros(n, np.float32),
-                       next_obs={"obs": np.zeros((n, 2), np.float32)})
+    return StepTargets(
+        rewards=np.full(n, np.nan, np.float32),
+        dones=np.zeros(n, np.float32),
+        valids=np.zeros(n, np.float32),
+        next_obs={"obs": np.zeros((n, 2), np.float32)},
+    )
 
 
 def _run(split: EnvSplit, steps: int):
@@ -58,9 +62,14 @@ def _run(split: EnvSplit, steps: int):
     return outcomes
 
 
-@pytest.mark.parametrize("fault,what", [("raise", "ValueError: simulator exploded"),
-                                        ("nan_obs", "non-finite observation"),
-                                        ("inf_reward", "non-finite reward")])
+@pytest.mark.parametrize(
+    "fault,what",
+    [
+        ("raise", "ValueError: simulator exploded"),
+        ("nan_obs", "non-finite observation"),
+        ("inf_reward", "non-finite reward"),
+    ],
+)
 def test_restart_policy_marks_the_step_invalid_and_restarts_the_env(fault, what):
     outcomes = _run(_split(fault), 4)
     faults = [f for o, _ in outcomes for f in o.faults]
@@ -89,11 +98,18 @@ def test_construction_failure_names_the_env():
         raise OSError("no such ROM")
 
     with pytest.raises(EnvFaultError, match="'broken_env' could not be created.*no such ROM"):
-        EnvSplit(env_spec=EnvSpec("broken_env", broken), worker_index=0, first_env_index=0,
-                 num_envs=2, seed=None, error_policy="restart")
+        EnvSplit(
+            env_spec=EnvSpec("broken_env", broken),
+            worker_index=0,
+            first_env_index=0,
+            num_envs=2,
+            seed=None,
+            error_policy="restart",
+        )
 
 
 # --- episode ends: truncation is bootstrapped, termination is not ------------------------------
+
 
 class CountingEnv(gym.Env):
     """Observation = steps taken in the episode; ends after `length` steps by `ending`."""
@@ -112,14 +128,20 @@ class CountingEnv(gym.Env):
     def step(self, action):
         self.t += 1
         end = self.t >= self.length
-        return (np.full(1, self.t, np.float32), 1.0, end and self.ending == "terminal",
-                end and self.ending == "time_limit", {})
+        return (
+            np.full(1, self.t, np.float32),
+            1.0,
+            end and self.ending == "terminal",
+            end and self.ending == "time_limit",
+            {},
+        )
 
 
 def _counting_split(ending: str, length: int = 3) -> EnvSplit:
     spec = EnvSpec(f"counting_{ending}", lambda ctx: CountingEnv(length, ending))
-    return EnvSplit(env_spec=spec, worker_index=0, first_env_index=0, num_envs=1, seed=0,
-                    error_policy="restart")
+    return EnvSplit(
+        env_spec=spec, worker_index=0, first_env_index=0, num_envs=1, seed=0, error_policy="restart"
+    )
 
 
 def _steps(split, n: int, rows: int = 1) -> list[tuple[float, float, float, float]]:
@@ -130,8 +152,14 @@ def _steps(split, n: int, rows: int = 1) -> list[tuple[float, float, float, floa
         out = _targets(rows)
         out.next_obs = {"obs": np.zeros((rows, 1), np.float32)}
         split.step(np.zeros((rows, 1), np.int64), out)
-        rows_seen.append((float(out.rewards[0]), float(out.dones[0]), float(out.valids[0]),
-                          float(out.next_obs["obs"][0, 0])))
+        rows_seen.append(
+            (
+                float(out.rewards[0]),
+                float(out.dones[0]),
+                float(out.valids[0]),
+                float(out.next_obs["obs"][0, 0]),
+            )
+        )
     return rows_seen
 
 
@@ -140,8 +168,12 @@ def test_truncation_writes_the_final_observation_and_resets_on_the_next_step():
     steps = _steps(split, 8)
     # Steps 1, 2, 3 (truncated: no done flag, the final observation 3 is written); then the
     # reset step (ignored action, reward 0, done, invalid) writes the first observation 0.
-    assert steps[:4] == [(1.0, 0.0, 1.0, 1.0), (1.0, 0.0, 1.0, 2.0), (1.0, 0.0, 1.0, 3.0),
-                         (0.0, 1.0, 0.0, 0.0)]
+    assert steps[:4] == [
+        (1.0, 0.0, 1.0, 1.0),
+        (1.0, 0.0, 1.0, 2.0),
+        (1.0, 0.0, 1.0, 3.0),
+        (0.0, 1.0, 0.0, 0.0),
+    ]
     assert steps[4:8] == steps[:4]  # and again
     assert split.envs[0].unwrapped.resets == 3  # the first reset and one per truncated episode
 
@@ -154,11 +186,15 @@ def test_termination_resets_in_the_same_step_and_cuts_bootstrapping():
 
 
 def test_truncated_episode_statistics_are_reported_once_with_the_true_length():
-    spec = EnvSpec("counting_stats", lambda ctx: __import__(
-        "sampleforge.envs.registry", fromlist=["EpisodeStatistics"]).EpisodeStatistics(
-        CountingEnv(3, "time_limit")))
-    split = EnvSplit(env_spec=spec, worker_index=0, first_env_index=0, num_envs=1, seed=0,
-                     error_policy="restart")
+    spec = EnvSpec(
+        "counting_stats",
+        lambda ctx: __import__(
+            "sampleforge.envs.registry", fromlist=["EpisodeStatistics"]
+        ).EpisodeStatistics(CountingEnv(3, "time_limit")),
+    )
+    split = EnvSplit(
+        env_spec=spec, worker_index=0, first_env_index=0, num_envs=1, seed=0, error_policy="restart"
+    )
     split.reset_all({"obs": np.zeros((1, 1), np.float32)})
     episodes, ended = [], []
     for _ in range(8):
@@ -194,22 +230,31 @@ class TwoSeatEnv(MultiAgentEnv):
         return obs, np.ones(2, np.float32), terminated, truncated, [{}, {}]
 
 
-
 def test_multi_agent_truncated_seat_bootstraps_and_the_env_resets_one_step_later():
-    from sampleforge.components.env_split import MultiAgentEnvSplit
+    from sampleforge.envs.stepping.env_split import MultiAgentEnvSplit
 
-    split = MultiAgentEnvSplit(env_spec=EnvSpec("two_seats", lambda ctx: TwoSeatEnv(),
-                                                multi_agent=True),
-                               worker_index=0, first_env_index=0, num_envs=1, seed=0,
-                               error_policy="restart")
+    split = MultiAgentEnvSplit(
+        env_spec=EnvSpec("two_seats", lambda ctx: TwoSeatEnv(), multi_agent=True),
+        worker_index=0,
+        first_env_index=0,
+        num_envs=1,
+        seed=0,
+        error_policy="restart",
+    )
     split.reset_all({"obs": np.zeros((2, 1), np.float32)})
     seen = []
     for _ in range(5):
         out = _targets(2)
         out.next_obs = {"obs": np.zeros((2, 1), np.float32)}
         outcome = split.step(np.zeros((2, 1), np.int64), out)
-        seen.append((out.dones.tolist(), out.valids.tolist(), out.next_obs["obs"][:, 0].tolist(),
-                     bool(outcome.ended_envs)))
+        seen.append(
+            (
+                out.dones.tolist(),
+                out.valids.tolist(),
+                out.next_obs["obs"][:, 0].tolist(),
+                bool(outcome.ended_envs),
+            )
+        )
     assert seen[0] == ([0.0, 0.0], [1.0, 1.0], [11.0, 21.0], False)
     assert seen[1] == ([1.0, 0.0], [1.0, 1.0], [12.0, 22.0], False)  # seat 0 terminated
     # Seat 1 truncated: no done flag, its final observation 23 is written (seat 0 is finished).

@@ -1,5 +1,5 @@
 """The serial-mode snapshot is unpickled only after its sidecar vouches for it
-(components/serial_snapshot.py); everything else is deleted unread."""
+(checkpoint/serial_snapshot.py); everything else is deleted unread."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from sampleforge.checkpoint.store import sha256_file
-from sampleforge.components.serial_snapshot import (
+from sampleforge.checkpoint.serial_snapshot import (
     SIDECAR_SUFFIX,
     SNAPSHOT_FILENAME,
     config_hash,
     take_snapshot,
 )
+from sampleforge.checkpoint.store import sha256_file
 from sampleforge.config import make_config
 
 MARKER_ENV = "SAMPLEFORGE_TEST_UNPICKLED"
@@ -37,13 +37,17 @@ def _cfg(tmp_path: Path, **overrides):
     return make_config(**{**settings, **overrides})
 
 
-def _write(path: Path, state: object, cfg, *, sidecar: dict | None = None,
-           tamper_after: bool = False) -> None:
+def _write(
+    path: Path, state: object, cfg, *, sidecar: dict | None = None, tamper_after: bool = False
+) -> None:
     """A snapshot file and, unless `sidecar` is {}, its sidecar (by default a valid one)."""
     torch.save(state, path)
     if sidecar is None:
-        sidecar = {"format_version": 1, "config_hash": config_hash(cfg),
-                   "sha256": sha256_file(path)}
+        sidecar = {
+            "format_version": 1,
+            "config_hash": config_hash(cfg),
+            "sha256": sha256_file(path),
+        }
     if sidecar:
         path.with_name(path.name + SIDECAR_SUFFIX).write_text(json.dumps(sidecar))
     if tamper_after:
@@ -59,8 +63,10 @@ def test_a_vouched_for_snapshot_is_read_and_consumed(tmp_path):
     assert not path.exists() and not path.with_name(path.name + SIDECAR_SUFFIX).exists()
 
 
-@pytest.mark.parametrize("case", ["no_sidecar", "tampered", "other_config", "garbage_sidecar",
-                                  "not_serial", "snapshots_off"])
+@pytest.mark.parametrize(
+    "case",
+    ["no_sidecar", "tampered", "other_config", "garbage_sidecar", "not_serial", "snapshots_off"],
+)
 def test_an_untrusted_or_unwanted_snapshot_is_deleted_without_being_unpickled(tmp_path, case):
     cfg, path = _cfg(tmp_path), tmp_path / SNAPSHOT_FILENAME
     marker = tmp_path / "code_ran"

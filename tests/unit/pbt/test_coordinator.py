@@ -1,4 +1,4 @@
-"""The runner's population logic (components/population.py): PBT rounds become commands to the
+"""The runner's population logic (pbt/coordinator.py): PBT rounds become commands to the
 learners and rollout workers, are logged, and survive a restart; frozen snapshots rotate."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from sampleforge.comms.messages import (
     TrainingReport,
 )
 from sampleforge.comms.queues import make_queue, receive
-from sampleforge.components.population import PBT_STATE_FILENAME, Population
 from sampleforge.config import make_config
 from sampleforge.pbt import HISTORY_FILENAME, PbtHistory
+from sampleforge.pbt.coordinator import PBT_STATE_FILENAME, PopulationCoordinator
 
 
 @dataclass
@@ -40,10 +40,16 @@ class FakeWiring:
 
 
 def _population(tmp_path, resume=False, **overrides):
-    cfg = make_config(num_policies=4, with_pbt=True, pbt_period_env_steps=1000, seed=0,
-                      pbt_mutation_probability=1.0, **overrides)
+    cfg = make_config(
+        num_policies=4,
+        with_pbt=True,
+        pbt_period_env_steps=1000,
+        seed=0,
+        pbt_mutation_probability=1.0,
+        **overrides,
+    )
     wiring = FakeWiring(cfg.num_policies, cfg.num_workers)
-    return Population(cfg, wiring, tmp_path, {"hit": 0.1}, resume=resume), wiring
+    return PopulationCoordinator(cfg, wiring, tmp_path, {"hit": 0.1}, resume=resume), wiring
 
 
 def _play(population, returns_by_policy):
@@ -63,15 +69,19 @@ def test_a_pbt_round_copies_the_worst_from_the_best_and_sends_new_hyperparameter
     # Mutation probability 1: the bottom 70% (policies 0 and 1) all change.
     for p in (0, 1):
         (update,) = [m for m in sent[p] if isinstance(m, SetHyperparameters)]
-        assert update.values == {k: v for k, v in population.pbt.hyperparameters(p).items()
-                                 if not k.startswith("shaping.")}
+        assert update.values == {
+            k: v
+            for k, v in population.pbt.hyperparameters(p).items()
+            if not k.startswith("shaping.")
+        }
         assert update.values["learning_rate"] != pytest.approx(1e-3)
     assert not sent[3]  # the best policy is left alone
     for worker in range(len(wiring.inboxes)):
         shaping = receive(wiring.rollout_inbox(worker), 0.05)
         assert {m.policy_id for m in shaping} == {0, 1}
-        assert all(isinstance(m, SetRewardShaping) and set(m.coefficients) == {"hit"}
-                   for m in shaping)
+        assert all(
+            isinstance(m, SetRewardShaping) and set(m.coefficients) == {"hit"} for m in shaping
+        )
     events = PbtHistory.read(tmp_path / HISTORY_FILENAME)
     assert [(e.kind, e.policy, e.source_policy) for e in events][0] == ("replace", 0, 3)
 
@@ -99,15 +109,18 @@ def test_win_rate_is_the_objective_when_the_env_reports_outcomes(tmp_path):
 
 
 def test_frozen_snapshots_rotate_round_robin(tmp_path):
-    cfg = make_config(num_policies=2, num_frozen_opponents=2, snapshot_every_env_steps=100,
-                      seed=0)
+    cfg = make_config(num_policies=2, num_frozen_opponents=2, snapshot_every_env_steps=100, seed=0)
     wiring = FakeWiring(2, cfg.num_workers)
-    population = Population(cfg, wiring, tmp_path, {}, resume=False)
+    population = PopulationCoordinator(cfg, wiring, tmp_path, {}, resume=False)
     published = []
     for steps in (50, 100, 150, 210, 320):
         population.step(steps)
-        published += [m.frozen_policy for msgs in wiring.drain().values() for m in msgs
-                      if isinstance(m, PublishSnapshot)]
+        published += [
+            m.frozen_policy
+            for msgs in wiring.drain().values()
+            for m in msgs
+            if isinstance(m, PublishSnapshot)
+        ]
     assert published == [2, 3, 2]  # at 100, 210 and 320 env steps
 
 

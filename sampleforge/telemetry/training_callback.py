@@ -23,14 +23,40 @@ TrainingCallback = Callable[[TrainingStatus], Optional[bool]]
 class CallbackSchedule:
     """Calls `callback` after each learner iteration, or each `every_env_steps` env steps."""
 
-    def __init__(self, callback: TrainingCallback, *, every_env_steps: int | None = None,
-                 env_steps: int = 0, training_reports: int = 0) -> None:
+    @classmethod
+    def of(
+        cls,
+        callback: TrainingCallback | None,
+        every_env_steps: int | None,
+        env_steps: int,
+        training_reports: int,
+    ) -> CallbackSchedule | None:
+        """The schedule of `callback`, or None without one."""
+        if callback is None:
+            return None
+        return cls(
+            callback,
+            every_env_steps=every_env_steps,
+            env_steps=env_steps,
+            training_reports=training_reports,
+        )
+
+    def __init__(
+        self,
+        callback: TrainingCallback,
+        *,
+        every_env_steps: int | None = None,
+        env_steps: int = 0,
+        training_reports: int = 0,
+    ) -> None:
         """`env_steps` and `training_reports` are the runner's counters when training starts."""
         if not callable(callback):
             raise TypeError(f"callback must be callable, got {type(callback).__name__}")
         if every_env_steps is not None and every_env_steps < 1:
-            raise ValueError(f"callback_every_env_steps: {every_env_steps} must be >= 1 "
-                             "(or None: after every learner iteration)")
+            raise ValueError(
+                f"callback_every_env_steps: {every_env_steps} must be >= 1 "
+                "(or None: after every learner iteration)"
+            )
         self.callback = callback
         self.every_env_steps = every_env_steps
         self._next_env_steps = env_steps + (every_env_steps or 0)

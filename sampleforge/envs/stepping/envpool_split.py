@@ -47,9 +47,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from sampleforge.components.env_split import EnvFaultError, EnvSplit, StepOutcome, StepTargets
+from sampleforge.buffers.step_validity import Excluded, exclude
 from sampleforge.envs.envpool_env import EnvPoolFactory, EnvPoolUnavailableError, batch_seeds
 from sampleforge.envs.registry import EnvContext, EnvSpec
+from sampleforge.envs.stepping.env_split import EnvFaultError, EnvSplit, StepOutcome, StepTargets
 from sampleforge.spaces import actions_to_env
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class EnvPoolSplit(EnvSplit):
         self.action_space = self.pool.action_space
         self._is_dict = isinstance(self.observation_space, gym.spaces.Dict)
         self._env_ids = np.arange(num_envs, dtype=np.int32)
+        assert self.action_space.shape is not None  # EnvPool's action spaces are Box or Discrete
         self._noop = np.zeros((num_envs, *self.action_space.shape), self.action_space.dtype)
         self._tracker = self.factory.episode_tracker(num_envs)
         # Envs truncated at the last step, which EnvPool resets in the next batch step.
@@ -176,7 +178,7 @@ class EnvPoolSplit(EnvSplit):
         """EnvPool reset `reset` in this step, after their truncation: nothing to learn from."""
         out.rewards[reset] = 0.0
         out.dones[reset] = 1.0
-        out.valids[reset] = 0.0
+        exclude(out.valids, reset, Excluded.TRUNCATION_RESET)
         self._tracker.clear(reset)  # the new episode starts with the next step
         outcome.ended_envs.extend(reset.tolist())
 
@@ -243,7 +245,7 @@ class EnvPoolSplit(EnvSplit):
         self.reset_all(out.next_obs)
         out.rewards[:] = 0.0
         out.dones[:] = 1.0
-        out.valids[:] = 0.0
+        exclude(out.valids, slice(None), Excluded.ENV_FAULT)
         outcome.ended_envs.extend(range(len(self.contexts)))
 
 

@@ -1,6 +1,6 @@
 """The runner's side of evaluation during training (``--eval_every_env_steps``).
 
-Responsibility: add one evaluation worker per policy to the run's components, ask for an
+Responsibility: ask the run's evaluation workers (one per policy, added by the wiring) for an
 evaluation every `eval_every_env_steps` env steps (never more than one in flight per policy:
 if evaluating is slower than training, marks are skipped), and turn each `EvaluationFinished`
 into ``eval/`` metrics (``progress.csv``, TensorBoard) and a log line.
@@ -13,15 +13,11 @@ from __future__ import annotations
 import logging
 import statistics
 from pathlib import Path
-from typing import Optional
 
+from sampleforge.checkpoint.experiment_dir import ExperimentDir
 from sampleforge.comms.eval_messages import EvaluationFinished, EvaluationRequested
-from sampleforge.comms.hosts import ComponentSpec
-from sampleforge.comms.queues import make_queue, send_many
-from sampleforge.components.eval_worker import EvaluationWorker
-from sampleforge.components.experiment import ExperimentDir
+from sampleforge.comms.queues import send_many
 from sampleforge.config import Config
-from sampleforge.envs.registry import EnvInfo, EnvSpec
 from sampleforge.telemetry import MetricsWriter
 
 log = logging.getLogger(__name__)
@@ -35,8 +31,9 @@ def evaluation_dir(exp: ExperimentDir, policy_id: int) -> Path:
 class TrainingEvaluation:
     """Schedules evaluations and records their results; see the module docstring."""
 
-    def __init__(self, *, every_env_steps: int, inboxes: dict[int, object],
-                 env_steps: int = 0) -> None:
+    def __init__(
+        self, *, every_env_steps: int, inboxes: dict[int, object], env_steps: int = 0
+    ) -> None:
         self.every_env_steps = every_env_steps
         self.inboxes = inboxes
         self._next_env_steps = env_steps + every_env_steps
@@ -44,21 +41,14 @@ class TrainingEvaluation:
         self.last: dict[int, EvaluationFinished] = {}
 
     @classmethod
-    def attach(cls, cfg: Config, env_spec: EnvSpec, env: EnvInfo, exp: ExperimentDir,
-               wiring, env_steps: int = 0) -> Optional["TrainingEvaluation"]:
-        """Add the evaluation workers to `wiring.specs`; None when evaluation is off."""
+    def for_run(
+        cls, cfg: Config, inboxes: dict[int, object], env_steps: int = 0
+    ) -> TrainingEvaluation | None:
+        """The schedule of a run whose evaluation workers read `inboxes` (built by the
+        wiring); None when evaluation is off."""
         if cfg.eval_every_env_steps is None:
             return None
-        inboxes = {}
-        for p in range(cfg.num_policies):
-            inboxes[p] = inbox = make_queue(64 << 10)
-            best_dir = str(evaluation_dir(exp, p)) if cfg.eval_save_best else None
-            wiring.specs.append(ComponentSpec(f"evaluation_worker_p{p}", EvaluationWorker, dict(
-                cfg=cfg, policy_id=p, env_spec=env_spec, observation_space=env.observation_space,
-                action_space=env.action_space, weights=wiring.weights[p], inbox=inbox,
-                report_queue=wiring.report_queue, best_dir=best_dir), control_queue=inbox))
-        return cls(every_env_steps=cfg.eval_every_env_steps, inboxes=inboxes,
-                   env_steps=env_steps)
+        return cls(every_env_steps=cfg.eval_every_env_steps, inboxes=inboxes, env_steps=env_steps)
 
     def maybe_request(self, env_steps: int) -> None:
         """Ask every idle evaluation worker for an evaluation if a mark was passed."""
@@ -76,12 +66,25 @@ class TrainingEvaluation:
         returns = msg.returns
         mean = statistics.fmean(returns)
         prefix = "eval/" if len(self.inboxes) == 1 else f"eval_p{msg.policy_id}/"
-        writer.write(msg.env_steps, {
-            f"{prefix}return_mean": mean, f"{prefix}return_std": statistics.pstdev(returns),
-            f"{prefix}return_min": min(returns), f"{prefix}return_max": max(returns),
-            f"{prefix}length_mean": statistics.fmean(msg.lengths),
-            f"{prefix}policy_version": float(msg.policy_version),
-            f"{prefix}seconds": msg.seconds})
-        log.info("evaluation of policy %d at %s env steps (version %d): mean return %.2f over "
-                 "%d episodes%s", msg.policy_id, f"{msg.env_steps:,}", msg.policy_version, mean,
-                 len(returns), f"; new best saved to {msg.best_path}" if msg.best_path else "")
+        writer.write(
+            msg.env_steps,
+            {
+                f"{prefix}return_mean": mean,
+                f"{prefix}return_std": statistics.pstdev(returns),
+                f"{prefix}return_min": min(returns),
+                f"{prefix}return_max": max(returns),
+                f"{prefix}length_mean": statistics.fmean(msg.lengths),
+                f"{prefix}policy_version": float(msg.policy_version),
+                f"{prefix}seconds": msg.seconds,
+            },
+        )
+        log.info(
+            "evaluation of policy %d at %s env steps (version %d): mean return %.2f over "
+            "%d episodes%s",
+            msg.policy_id,
+            f"{msg.env_steps:,}",
+            msg.policy_version,
+            mean,
+            len(returns),
+            f"; new best saved to {msg.best_path}" if msg.best_path else "",
+        )

@@ -1,0 +1,81 @@
+"""Builds a policy's network from the config and the env's spaces, the same way everywhere.
+
+The learner, every inference worker and the Python API call this, so their models always have
+identical parameter layouts (shared weights are copied as one flat vector). The ``encoder``
+setting names any encoder of ``models/registry.py``: a user's own ``nn.Module`` trains by name.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import torch
+
+from sampleforge.config import Config, ConfigError
+from sampleforge.models.actor_critic import ActorCritic
+from sampleforge.models.registry import check_encoder_sendable
+
+# Settings that change the network's parameter layout: a checkpoint is only valid for these.
+MODEL_SETTINGS = (
+    "encoder",
+    "mlp_hidden_sizes",
+    "activation",
+    "rnn",
+    "rnn_size",
+    "shared_weights",
+    "normalize_obs",
+    "normalize_returns",
+    "normalize_pixels",
+)
+
+
+def make_actor_critic(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space
+) -> ActorCritic:
+    """The actor-critic network `cfg` describes, for these spaces."""
+    return ActorCritic(
+        observation_space,
+        action_space,
+        encoder=cfg.encoder,
+        mlp_hidden_sizes=tuple(cfg.mlp_hidden_sizes),
+        activation=cfg.activation,
+        rnn_type=cfg.rnn,
+        rnn_size=cfg.rnn_size,
+        shared_weights=cfg.shared_weights,
+        normalize_obs=cfg.normalize_obs,
+        normalize_returns=cfg.normalize_returns,
+        normalize_pixels=cfg.normalize_pixels,
+    )
+
+
+def check_model_fits_env(cfg: Config, env) -> None:
+    """Build the model once before any process starts: an unknown encoder, or a model setting
+    that cannot work with the env's spaces (e.g. a conv encoder on vector observations), is a
+    config error; so is a registered encoder that worker processes could not receive."""
+    try:
+        make_actor_critic(cfg, env.observation_space, env.action_space)
+    except ConfigError:
+        raise  # an unknown encoder: its own one-line message
+    except (ValueError, TypeError) as e:
+        raise ConfigError(
+            [
+                f"the model settings do not fit env {cfg.env!r} "
+                f"(observations {env.observation_space}): {e}"
+            ]
+        ) from None
+    problem = None if cfg.serial_mode else check_encoder_sendable(cfg.encoder)
+    if problem:
+        raise ConfigError([problem])
+
+
+def resolve_device(name: str) -> torch.device:
+    """The torch device of `--device` (auto: CUDA when torch sees one)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(
+            [
+                "--device cuda was asked for, but torch sees no CUDA device "
+                "(use --device cpu or auto)"
+            ]
+        )
+    return torch.device(name)
