@@ -140,6 +140,8 @@ class InferenceWorker:
                 self.device, non_blocking=True
             )
             out = self.model.act(obs, rnn_states)
+            if self.device.type == "cuda":  # the writes wait for it anyway; the check must too
+                torch.cuda.synchronize(self.device)
             # A worker replaced while the batch ran may have had its slots reclaimed and given
             # to another worker: never write into them (checked again here, just before the
             # writes, however long the forward pass took).
