@@ -29,12 +29,15 @@ Must not: import the runner or any component; depend on anything but numpy and g
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import gymnasium as gym
 import numpy as np
 
 from sampleforge.envs.registry import EnvContext, register_env
+
+if TYPE_CHECKING:
+    from torch import nn
 
 Ending = Literal["time_limit", "terminal"]
 
@@ -278,3 +281,44 @@ def register_scaled_cartpole(name: str, scale: float) -> str:
         overwrite=True,
     )
     return name
+
+
+# What every probe test trains with: serial (exactly repeatable), small datasets, a fast
+# learning rate, rewards as they are.
+PROBE_TRAINING = dict(
+    serial_mode=True,
+    seed=1,
+    device="cpu",
+    reward_scale=1.0,
+    stop_at_mean_return=float("inf"),
+    num_workers=1,
+    num_envs_per_worker=16,
+    batch_size=256,
+    num_batches_per_epoch=2,
+    learning_rate=3e-3,
+    report_every_sec=60,
+)
+
+
+def train_on_probe(
+    env: str, probe: gym.Env, train_dir: str, env_steps: int, **overrides: Any
+) -> nn.Module:
+    """Train on the registered probe `env` (whose spaces are `probe`'s) with PROBE_TRAINING and
+    `overrides`; returns the saved policy's network."""
+    from sampleforge.components.runner import Runner  # the probes themselves need no runner
+    from sampleforge.config import make_config
+    from sampleforge.evaluation.policy_files import load_saved_policy
+    from sampleforge.models.factory import make_actor_critic
+
+    cfg = make_config(
+        env=env,
+        train_dir=train_dir,
+        train_for_env_steps=env_steps,
+        **{**PROBE_TRAINING, **overrides},
+    )
+    with Runner(cfg) as runner:
+        runner.train()
+    saved = load_saved_policy(f"{train_dir}/{env}")
+    model = make_actor_critic(saved.cfg, probe.observation_space, probe.action_space)
+    model.load_state_dict(saved.state_dicts[0])
+    return model

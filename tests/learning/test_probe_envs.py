@@ -31,16 +31,13 @@ import numpy as np
 import pytest
 import torch
 
-from sampleforge.components.runner import Runner
-from sampleforge.config import make_config
-from sampleforge.evaluation.policy_files import load_saved_policy
-from sampleforge.models.factory import make_actor_critic
 from sampleforge.testing.probe_envs import (
     ActionRewardProbe,
     DelayedRewardProbe,
     ObservationActionRewardProbe,
     ObservationRewardProbe,
     register_probe_env,
+    train_on_probe,
 )
 
 # Far from 1 and from the default 0.99, so that V([s, 0]) = gamma s shows which discount was used.
@@ -52,31 +49,9 @@ MIN_BEST_ACTION_PROBABILITY = 0.95
 def _train(tmp_path, probe, env_steps: int, **overrides):
     """Train on `probe` and return the saved policy's model."""
     name = register_probe_env(f"probe_{probe.__name__}", probe)
-    cfg = make_config(
-        env=name,
-        train_dir=str(tmp_path),
-        serial_mode=True,
-        seed=1,
-        device="cpu",
-        gamma=GAMMA,
-        reward_scale=1.0,
-        train_for_env_steps=env_steps,
-        stop_at_mean_return=float("inf"),
-        num_workers=1,
-        num_envs_per_worker=16,
-        batch_size=256,
-        num_batches_per_epoch=2,
-        learning_rate=3e-3,
-        lr_schedule="linear",
-        report_every_sec=60,
-        **overrides,
+    return train_on_probe(
+        name, probe(), str(tmp_path), env_steps, gamma=GAMMA, lr_schedule="linear", **overrides
     )
-    with Runner(cfg) as runner:
-        runner.train()
-    saved = load_saved_policy(tmp_path / name)
-    model = make_actor_critic(saved.cfg, probe.observation_space, probe.action_space)
-    model.load_state_dict(saved.state_dicts[0])
-    return model
 
 
 def _values_and_probabilities(model, probe, actions=None) -> tuple[np.ndarray, np.ndarray]:

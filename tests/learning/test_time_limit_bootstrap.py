@@ -10,14 +10,11 @@ termination learns 6.05 for both. Serial mode, a few seconds each.
 import pytest
 import torch
 
-from sampleforge.components.runner import Runner
-from sampleforge.config import make_config
-from sampleforge.evaluation.policy_files import load_saved_policy
-from sampleforge.models.factory import make_actor_critic
 from sampleforge.testing.probe_envs import (
     ConstantRewardProbe,
     constant_reward_values,
     register_probe_env,
+    train_on_probe,
 )
 
 GAMMA, LENGTH = 0.9, 20
@@ -25,30 +22,9 @@ GAMMA, LENGTH = 0.9, 20
 
 def _learned_value(tmp_path, ending: str, **overrides) -> float:
     name = register_probe_env(f"probe_constant_{ending}", episode_length=LENGTH, ending=ending)
-    cfg = make_config(
-        env=name,
-        train_dir=str(tmp_path),
-        serial_mode=True,
-        seed=1,
-        device="cpu",
-        gamma=GAMMA,
-        reward_scale=1.0,
-        train_for_env_steps=60_000,
-        stop_at_mean_return=float("inf"),
-        num_workers=1,
-        num_envs_per_worker=16,
-        batch_size=256,
-        num_batches_per_epoch=2,
-        learning_rate=3e-3,
-        report_every_sec=60,
-        **overrides,
+    model = train_on_probe(
+        name, ConstantRewardProbe(), str(tmp_path), 60_000, gamma=GAMMA, **overrides
     )
-    with Runner(cfg) as runner:
-        runner.train()
-    saved = load_saved_policy(tmp_path / name)
-    probe = ConstantRewardProbe()
-    model = make_actor_critic(saved.cfg, probe.observation_space, probe.action_space)
-    model.load_state_dict(saved.state_dicts[0])
     with torch.no_grad():
         return model.act(
             {"obs": torch.ones(1, 1)}, torch.zeros(1, model.rnn_state_size)
