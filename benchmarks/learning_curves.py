@@ -3,6 +3,7 @@
     python benchmarks/learning_curves.py --env atari_breakout --seeds 1 2 3 --frames 10000000
     python benchmarks/learning_curves.py --env atari_breakout --seeds 1 --frames 2000000
     python benchmarks/learning_curves.py --env HalfCheetah-v5 --seeds 1 2 3 --frames 1000000
+    python benchmarks/learning_curves.py --env atari_pong --seeds 2 --minutes 100 --resume
 
 Each seed trains `sampleforge train --env ENV` with nothing but the seed and the budget given
 (the env family's settings), one after another on the whole machine. Prints, per seed, the
@@ -64,13 +65,15 @@ REFERENCES: dict[str, list[Reference]] = {
 }
 
 
-def train_seed(env: str, seed: int, frames: int, minutes: float | None, train_dir: Path) -> Path:
+def train_seed(
+    env: str, seed: int, frames: int, minutes: float | None, train_dir: Path, resume: bool
+) -> Path:
     cfg = make_config(
         env=env,
         seed=seed,
         train_dir=str(train_dir),
         experiment=f"{env}_seed{seed}",
-        restart_behavior="overwrite",
+        restart_behavior="resume" if resume else "overwrite",
         train_for_env_steps=frames,
         stop_at_mean_return=math.inf,
         train_for_seconds=None if minutes is None else minutes * 60,
@@ -153,11 +156,17 @@ def main() -> None:
     parser.add_argument(
         "--plot_only", action="store_true", help="redraw from the runs already in --train_dir"
     )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the runs in --train_dir from their last checkpoints, so a 10M-frame "
+        "run can be done in --minutes chunks (wall times add up over the chunks)",
+    )
     args = parser.parse_args()
     paths = [args.train_dir / f"{args.env}_seed{seed}" for seed in args.seeds]
     if not args.plot_only:
         paths = [
-            train_seed(args.env, seed, args.frames, args.minutes, args.train_dir)
+            train_seed(args.env, seed, args.frames, args.minutes, args.train_dir, args.resume)
             for seed in args.seeds
         ]
     targets = args.targets or sorted(

@@ -89,6 +89,8 @@ class LossSettings:
     """V-trace truncation of the trace coefficients c."""
     ppo_clip_ratio: float = 0.1
     """PPO epsilon: the ratio is clipped to [1/(1+eps), 1+eps] ("appo" only)."""
+    ppo_dual_clip: float | None = None
+    """Dual-clip PPO's c > 1: bounds the surrogate of negative advantages at c A ("appo")."""
     value_clip: float | None = None
     """If set, PPO-style clipped value loss around the behaviour values, with this range."""
     value_loss_coeff: float = 0.5
@@ -107,6 +109,8 @@ class LossSettings:
         for name in ("vtrace_rho_bar", "vtrace_c_bar", "ppo_clip_ratio"):
             if getattr(self, name) <= 0.0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.ppo_dual_clip is not None and self.ppo_dual_clip <= 1.0:
+            raise ValueError(f"ppo_dual_clip must be > 1 or None, got {self.ppo_dual_clip}")
         if self.value_clip is not None and self.value_clip <= 0.0:
             raise ValueError(f"value_clip must be > 0 or None, got {self.value_clip}")
 
@@ -346,6 +350,7 @@ def _policy_loss(
             behaviour_log_probs=behaviour_log_probs,
             advantages=advantages,
             clip_ratio=settings.ppo_clip_ratio,
+            dual_clip=settings.ppo_dual_clip,
             valids=valids,
         )
     return policy_gradient_loss(log_probs=log_probs, advantages=advantages, valids=valids)

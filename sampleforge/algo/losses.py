@@ -58,6 +58,7 @@ def ppo_clipped_policy_loss(
     behaviour_log_probs: Tensor,
     advantages: Tensor,
     clip_ratio: float,
+    dual_clip: float | None = None,
     valids: Tensor | None = None,
 ) -> Tensor:
     """PPO clipped surrogate loss (Schulman et al. 2017, eq. 7), negated for minimisation.
@@ -67,6 +68,11 @@ def ppo_clipped_policy_loss(
     The clip window is symmetric in log space, [1/(1+eps), 1+eps], as in Sample Factory
     (Petrenko et al. 2020, Table A.5: [1.1^-1, 1.1] for eps = 0.1).
 
+    The min leaves r_t A_t unbounded below where A_t < 0: an action the behaviour policy
+    almost never took (mu tiny) that the current policy now favours gives a huge ratio, and one
+    such sample can dominate a minibatch. Dual-clip PPO (Ye et al. 2020, eq. 5) bounds it:
+    for A_t < 0 the surrogate is max(min(...), c A_t), with c = ``dual_clip`` > 1.
+
     log_probs: [T, B] (with grad), behaviour_log_probs: [T, B], advantages: [T, B]
     -> scalar.
     """
@@ -74,6 +80,9 @@ def ppo_clipped_policy_loss(
     clipped_ratio = ratio.clamp(1.0 / (1.0 + clip_ratio), 1.0 + clip_ratio)
     advantages = advantages.detach()
     surrogate = torch.min(ratio * advantages, clipped_ratio * advantages)
+    if dual_clip is not None:
+        floor = torch.max(surrogate, dual_clip * advantages)
+        surrogate = torch.where(advantages < 0, floor, surrogate)
     return -masked_mean(surrogate, valids)
 
 

@@ -45,6 +45,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         vtrace_rho_bar=cfg.vtrace_rho_bar,
         vtrace_c_bar=cfg.vtrace_c_bar,
         ppo_clip_ratio=cfg.ppo_clip_ratio,
+        ppo_dual_clip=cfg.ppo_dual_clip,
         value_clip=cfg.value_clip,
         value_loss_coeff=cfg.value_loss_coeff,
         entropy_coeff=cfg.entropy_coeff,

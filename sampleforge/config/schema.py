@@ -256,6 +256,12 @@ class Config:
     ppo_clip_ratio: float = option(
         0.1, "PPO clipping: ratios outside [1/(1+x), 1+x] get no gradient.", "learner"
     )
+    ppo_dual_clip: Optional[float] = option(
+        None,
+        "Dual-clip PPO: where the advantage A < 0 the surrogate is bounded below at x*A "
+        "(x > 1), so a stale sample with a huge ratio cannot dominate an update; None disables.",
+        "learner",
+    )
     value_clip: Optional[float] = option(
         None,
         "Clip value updates around the behaviour values (PPO-style); None disables.",

@@ -269,6 +269,8 @@ def range_problems(cfg: Config) -> list[str]:
         value = getattr(cfg, name)
         if value is not None and not value > 0:
             problems.append(f"{name}: {value} must be > 0 (or none)")
+    if cfg.ppo_dual_clip is not None and not cfg.ppo_dual_clip > 1.0:
+        problems.append(f"ppo_dual_clip: {cfg.ppo_dual_clip} must be > 1 (or none)")
     if not cfg.pbt_mutation_factor > 1.0:
         problems.append(f"pbt_mutation_factor: {cfg.pbt_mutation_factor} must be > 1")
     if any(size < 1 for size in cfg.mlp_hidden_sizes):

@@ -30,6 +30,7 @@ VALID = {
     "algorithm": st.sampled_from(["appo", "impala", "a3c"]),
     "with_vtrace": st.booleans(),
     "value_clip": st.sampled_from([None, 0.2]),
+    "ppo_dual_clip": st.sampled_from([None, 3.0]),
     "reward_clip": st.sampled_from([None, 1.0]),
     "lr_schedule": st.sampled_from(["constant", "linear"]),
     "max_policy_lag": st.integers(1, 5),

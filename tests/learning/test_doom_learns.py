@@ -9,14 +9,13 @@ mean over the last 100 episodes of at least 50, ~190 above random and ~10 standa
 the random mean.
 
 Settings: nothing but the doom family's (config/families.py): the conv_simple encoder on
-3x72x128 RGB with ELU (as in the paper), Table A.5's rollout 32, gamma 0.99, PPO clip 0.1,
-entropy 0.003 and gradient clip 4. The learner is the bottleneck on CPU, so it gets more
-updates per learner-second than the paper's GPU setup: one epoch over 1024-sample datasets in
-8 minibatches of 128, with lr 5e-4 in place of 1e-4 for the smaller batches. Return
-normalisation in place of the earlier hand-picked reward scale of 0.01 (a kill ~1). With lr
-2e-4, tanh, 2 x 512 minibatches, nothing was learnt in 400k frames. Two epochs of 4 x 256
-learnt at the same rate per frame but at half the speed. With the family settings the test
-(seed 1) took 56 s on 2 cores (2026-11-25).
+3x72x128 RGB with ELU and a GRU core (as in the paper), Table A.5's rollout 32, gamma 0.99, PPO
+clip 0.1 (with the dual clip at 3) and gradient clip 4; entropy 0.01; one epoch over
+1024-sample datasets in 4 minibatches of 256 at lr 2.5e-4 (the CPU learner is the bottleneck,
+so more, smaller updates than the paper's one of 2,048). Return normalisation in place of the
+earlier hand-picked reward scale of 0.01 (a kill ~1). With lr 2e-4, tanh, 2 x 512 minibatches,
+nothing was learnt in 400k frames. With the family settings the test (seed 1) took 93 s
+on 2 cores (2026-11-25).
 
 Earlier figures, with reward scale 0.01 instead of return normalisation, measured on a 2-core
 machine shared with other jobs (load average 6-9), env steps in frames (agent steps x 4):

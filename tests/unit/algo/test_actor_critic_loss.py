@@ -190,6 +190,22 @@ def _current_values(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return batch["values"][:-1], batch["values"][-1]
 
 
+def _vtrace(batch: dict[str, torch.Tensor], settings: LossSettings):
+    """The current values and V-trace targets that `settings` should give on `batch`."""
+    values, bootstrap = _current_values(batch)
+    return values, vtrace_targets(
+        behaviour_log_probs=batch["behaviour_log_probs"],
+        target_log_probs=batch["log_probs"],
+        rewards=batch["rewards"],
+        values=values,
+        bootstrap_value=bootstrap,
+        dones=batch["dones"],
+        gamma=settings.gamma,
+        rho_bar=settings.vtrace_rho_bar,
+        c_bar=settings.vtrace_c_bar,
+    )
+
+
 @pytest.mark.parametrize("with_vtrace", [True, False])
 def test_impala_uses_vtrace_and_plain_policy_gradient(with_vtrace: bool) -> None:
     batch = make_batch(6, log_ratio_scale=1.0)
@@ -200,18 +216,7 @@ def test_impala_uses_vtrace_and_plain_policy_gradient(with_vtrace: bool) -> None
         vtrace_rho_bar=1.2,
         vtrace_c_bar=0.8,
     )
-    values, bootstrap = _current_values(batch)
-    vtrace = vtrace_targets(
-        behaviour_log_probs=batch["behaviour_log_probs"],
-        target_log_probs=batch["log_probs"],
-        rewards=batch["rewards"],
-        values=values,
-        bootstrap_value=bootstrap,
-        dones=batch["dones"],
-        gamma=settings.gamma,
-        rho_bar=1.2,
-        c_bar=0.8,
-    )
+    values, vtrace = _vtrace(batch, settings)
     out, _ = run(settings, batch)
     torch.testing.assert_close(
         out.policy_loss,
@@ -223,16 +228,7 @@ def test_impala_uses_vtrace_and_plain_policy_gradient(with_vtrace: bool) -> None
 def test_appo_with_vtrace_uses_vtrace_and_clipping() -> None:
     batch = make_batch(7, log_ratio_scale=1.0)
     settings = LossSettings(algorithm="appo", normalize_advantages=False, ppo_clip_ratio=0.2)
-    values, bootstrap = _current_values(batch)
-    vtrace = vtrace_targets(
-        behaviour_log_probs=batch["behaviour_log_probs"],
-        target_log_probs=batch["log_probs"],
-        rewards=batch["rewards"],
-        values=values,
-        bootstrap_value=bootstrap,
-        dones=batch["dones"],
-        gamma=settings.gamma,
-    )
+    values, vtrace = _vtrace(batch, settings)
     out, _ = run(settings, batch)
     expected_policy = ppo_clipped_policy_loss(
         log_probs=batch["log_probs"],
@@ -243,6 +239,23 @@ def test_appo_with_vtrace_uses_vtrace_and_clipping() -> None:
     torch.testing.assert_close(out.policy_loss, expected_policy)
     torch.testing.assert_close(out.value_loss, value_loss(values=values, targets=vtrace.vs))
     assert out.metrics["clip_fraction"] > 0.0
+
+
+def test_appo_dual_clip_reaches_the_surrogate_and_only_lowers_the_loss() -> None:
+    batch = make_batch(7, log_ratio_scale=3.0)  # ratios up to e^3 on some negative advantages
+    plain, _ = run(LossSettings(algorithm="appo", normalize_advantages=False), batch)
+    settings = LossSettings(algorithm="appo", normalize_advantages=False, ppo_dual_clip=1.5)
+    out, _ = run(settings, batch)
+    values, vtrace = _vtrace(batch, settings)
+    expected_policy = ppo_clipped_policy_loss(
+        log_probs=batch["log_probs"],
+        behaviour_log_probs=batch["behaviour_log_probs"],
+        advantages=vtrace.pg_advantages,
+        clip_ratio=settings.ppo_clip_ratio,
+        dual_clip=1.5,
+    )
+    torch.testing.assert_close(out.policy_loss, expected_policy)
+    assert out.policy_loss < plain.policy_loss
 
 
 def test_appo_without_vtrace_uses_gae_on_behaviour_values() -> None:

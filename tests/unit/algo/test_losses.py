@@ -54,7 +54,9 @@ def test_normalize_advantages() -> None:
     assert torch.isfinite(constant).all() and (constant == 0).all()
 
 
-def _ppo_grad(ratios: list[float], advantages: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+def _ppo_grad(
+    ratios: list[float], advantages: list[float], dual_clip: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     behaviour = torch.full((len(ratios),), -1.0)
     log_probs = (behaviour + torch.log(torch.tensor(ratios))).requires_grad_(True)
     loss = ppo_clipped_policy_loss(
@@ -62,6 +64,7 @@ def _ppo_grad(ratios: list[float], advantages: list[float]) -> tuple[torch.Tenso
         behaviour_log_probs=behaviour,
         advantages=torch.tensor(advantages),
         clip_ratio=EPS,
+        dual_clip=dual_clip,
     )
     loss.backward()
     return loss, log_probs.grad
@@ -85,6 +88,21 @@ def test_ppo_gradient_is_zero_exactly_where_the_clip_applies() -> None:
         min(r * a, min(max(r, 1 / (1 + EPS)), 1 + EPS) * a) for r, a in zip(ratios, advantages)
     ]
     torch.testing.assert_close(loss, torch.tensor(-sum(surrogate) / n))
+
+
+def test_dual_clip_bounds_only_huge_ratios_on_negative_advantages() -> None:
+    # A huge ratio on a negative advantage: r*A = -200 without the dual clip, -3*2 with c = 3.
+    ratios = [100.0, 100.0, 2.0, 1.05, 0.5]
+    advantages = [-2.0, 2.0, -1.0, -1.0, 1.0]
+    n = len(ratios)
+    plain_loss, plain_grad = _ppo_grad(ratios, advantages)
+    loss, grad = _ppo_grad(ratios, advantages, dual_clip=3.0)
+
+    assert plain_grad[0] != 0.0 and grad[0] == 0.0  # bounded at c*A: no gradient
+    torch.testing.assert_close(grad[1:], plain_grad[1:])  # r < c or A > 0: unchanged
+    expected = [-3.0 * 2.0, (1 + EPS) * 2.0, 2.0 * -1.0, 1.05 * -1.0, 0.5 * 1.0]
+    torch.testing.assert_close(loss, torch.tensor(-sum(expected) / n))
+    assert plain_loss > 30.0 > loss
 
 
 def test_ppo_on_policy_is_minus_mean_advantage() -> None:

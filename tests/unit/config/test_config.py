@@ -169,6 +169,7 @@ def test_several_violations_reported_at_once():
         (dict(num_policies=0), "num_policies"),
         (dict(frozen_opponent_prob=1.5), "frozen_opponent_prob"),
         (dict(pbt_mutation_factor=0.9), "pbt_mutation_factor"),
+        (dict(ppo_dual_clip=1.0), "ppo_dual_clip"),
         (dict(with_pbt=True), "with_pbt"),
         (dict(policy_mapping="bogus"), "policy_mapping"),
     ],

@@ -82,7 +82,8 @@ def test_flags_win_over_the_preset_which_wins_over_the_family():
     assert (cfg.activation, sources["activation"]) == ("elu", "preset")
     assert (cfg.rollout, sources["rollout"]) == (128, "family")  # the doom preset leaves it
     assert (cfg.gamma, sources["gamma"]) == (0.99, "family")
-    assert (cfg.rnn, sources["rnn"]) == ("none", "default")
+    assert (cfg.rnn, sources["rnn"]) == ("gru", "preset")
+    assert (cfg.shared_weights, sources["shared_weights"]) == (True, "default")
     assert sources["env"] == "flag" and set(sources.values()) <= set(SOURCE_NAMES)
 
 
