@@ -47,9 +47,9 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
     assert data["mean_policy_lag"] >= 0
     assert data["bottleneck"] in {"learner-bound", "inference-bound", "sampler-bound"}
     assert "training / compute limit" in out
-    # The defaults: 1 epoch x 4 minibatches of 512 -> 4 SGD steps per 2,048 samples.
-    assert data["sgd_steps_per_1000_samples"] == pytest.approx(4000 / 2048)
-    assert "1.95 SGD steps per 1,000 samples" in out
+    # The vector family: 4 epochs x 4 minibatches of 512 -> 16 SGD steps per 2,048 samples.
+    assert data["sgd_steps_per_1000_samples"] == pytest.approx(16000 / 2048)
+    assert "7.81 SGD steps per 1,000 samples" in out
 
 
 @pytest.mark.timeout(300)

@@ -1,8 +1,8 @@
 """CartPole-v1 reaches Gymnasium's solve line, a mean return of 475 over 100 episodes.
 
-The defaults (the vector family adds nothing to the schema's CartPole-tuned defaults, reward
-scale 0.1) within 500k env steps. Measured async on 2 cores (benchmark of 2026-11-25, seeds
-1-3): solved at 264k, 215k and 221k steps in 9-11 s, mean policy lag 5.6-5.9.
+The vector family's settings (PPO with GAE, 4 epochs, lr 1e-3, return normalisation) within
+500k env steps. Measured through Runner on 2 cores (2026-11-25, seeds 1-3): solved at 135k,
+164k and 106k steps in 9-11 s, mean policy lag 10.4-10.7.
 
 The full system runs: rollout workers, an inference worker and a learner in their own
 processes (async), or all of them in this process (serial mode). Each run takes seconds.

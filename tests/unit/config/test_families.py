@@ -51,10 +51,7 @@ def test_every_family_gives_a_valid_config_with_its_values(family):
         if value != "auto":  # resolved for this machine
             assert getattr(cfg, key) == value, key
         assert sources[key] == "family", key
-    if family == "vector":  # CartPole's tuning (see families._FAMILIES)
-        assert not cfg.normalize_returns and cfg.reward_scale == Config().reward_scale
-    else:
-        assert cfg.normalize_returns and cfg.reward_scale == 1.0
+    assert cfg.normalize_returns and cfg.reward_scale == 1.0
 
 
 def test_atari_without_a_preset_gets_the_atari_ppo_recipe_not_cartpoles():
@@ -99,7 +96,7 @@ def test_changing_the_env_of_a_config_swaps_the_family_but_keeps_flags():
     assert (vector.learning_rate, sources["learning_rate"]) == (1e-3, "flag")
     assert (vector.rollout, sources["rollout"]) == (Config().rollout, "default")
     assert (vector.activation, sources["activation"]) == (Config().activation, "default")
-    assert (vector.normalize_returns, sources["normalize_returns"]) == (False, "default")
+    assert (vector.ppo_clip_ratio, sources["ppo_clip_ratio"]) == (0.2, "family")  # atari: 0.1 0.1
     # A config derived without a new env keeps its sources.
     assert config_sources(make_config(atari, seed=3))["rollout"] == "family"
 
