@@ -105,7 +105,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # - entropy 0.01: peaked at 13.3, then one update with a policy loss of 3.0 (the huge ratio
     #   of a stale sample on a negative advantage) collapsed it; the dual clip bounds that;
     # - lr 2.5e-4, 4 x 256, entropy 0.01, dual clip 3: 12, then a plateau at 13-14 to 8M;
-    # - the same with the GRU: 16.5 at 3.25M frames and still rising.
+    # - the same with the GRU: 15 by 3.04M frames, then 16-18 to 6.26M (26 minutes).
     "doom": {
         "activation": "elu",
         "rnn": "gru",
