@@ -150,6 +150,45 @@ def test_conv_encoder_runs_large_batches_in_chunks_with_the_same_result() -> Non
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in enc.parameters())
 
 
+def _first_conv_input_layouts(enc: ConvEncoder, x: torch.Tensor) -> list[bool]:
+    """Whether each input the first conv layer saw during enc(x) was channels_last."""
+    seen: list[bool] = []
+    hook = enc.convs[0].register_forward_pre_hook(
+        lambda _m, args: seen.append(args[0].is_contiguous(memory_format=torch.channels_last))
+    )
+    try:
+        enc(x)
+    finally:
+        hook.remove()
+    return seen
+
+
+def test_conv_encoder_trains_channels_last_on_the_cpu_and_infers_nchw() -> None:
+    enc = ConvEncoder((4, 84, 84), "relu", architecture="conv_nature")
+    x = torch.randint(0, 256, (5, 4, 84, 84), dtype=torch.uint8)
+    # 4 channels and more than one pixel: an NCHW tensor is not also channels_last
+    assert _first_conv_input_layouts(enc, x) == [True]
+    with torch.no_grad():
+        assert _first_conv_input_layouts(enc, x) == [False]
+
+
+def test_conv_encoder_layouts_give_the_same_outputs_and_gradients() -> None:
+    enc = ConvEncoder((4, 84, 84), "relu", architecture="conv_nature")
+    x = torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)
+    trained = enc(x)
+    trained.square().sum().backward()
+    grads = [p.grad.clone() for p in enc.parameters()]
+    enc.zero_grad()
+    with torch.no_grad():
+        inferred = enc(x)
+    plain = enc.fc(enc.convs(x.float() / 255.0).flatten(1))  # NCHW all the way, with grad
+    plain.square().sum().backward()
+    torch.testing.assert_close(trained, inferred, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(trained, plain, rtol=1e-4, atol=1e-5)
+    for channels_last_grad, p in zip(grads, enc.parameters()):
+        torch.testing.assert_close(channels_last_grad, p.grad, rtol=1e-3, atol=1e-5)
+
+
 # --- IMPALA's residual network ("large" architecture, Espeholt et al. 2018, figure 3) ---------
 
 FRAMES = TensorSpec((4, 84, 84), torch.uint8)
