@@ -125,10 +125,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     },
     # Classic control and Box2D with discrete actions: the defaults' 2 workers x 48 envs and
     # rollout 32, with PPO's usual GAE, 4 epochs, entropy 0.01, clip 0.2 and gradient norm 0.5
-    # at lr 1e-3, and return normalisation. Seed 1 unless said (2026-11-25, 2 cores):
-    # CartPole-v1 475 at 106k-164k steps (seeds 1-3, 9-11 s), Acrobot-v1 -100 at 55k-68k (seeds
-    # 1-3, 8-9 s), LunarLander-v3 200 at 0.49M-1.89M (seeds 1-3, 40-122 s). The schema's defaults alone (CartPole-tuned: V-trace,
-    # one epoch, lr 2e-3, reward scale 0.1) reach only 71 on LunarLander by 2M steps (48 with
+    # at lr 1e-3, and return normalisation. Seeds 1-3 on 2 cores (2026-11-25/26): CartPole-v1
+    # 475 at 106k-164k steps (9-11 s), Acrobot-v1 -100 at 55k-68k (8-9 s), LunarLander-v3 200
+    # at 0.49M-1.89M (40-122 s). The schema's defaults alone (CartPole-tuned: V-trace, one
+    # epoch, lr 2e-3, reward scale 0.1) reach only 71 on LunarLander by 2M steps (48 with
     # return normalisation); 2 minibatches of 1,024 solved LunarLander at 1.67M but not CartPole.
     "vector": {
         "with_vtrace": False,
