@@ -96,7 +96,15 @@ def first_reach(path: Path, target: float) -> tuple[float, float] | None:
     return None
 
 
-def plot(env: str, paths: list[Path], output: Path, title: str | None = None) -> Path:
+def plot(
+    env: str,
+    paths: list[Path],
+    output: Path,
+    title: str | None = None,
+    references: list[Reference] | None = None,
+) -> Path:
+    """Mean return against frames and wall time of each run in `paths`, next to `references`
+    (default: this env's in REFERENCES); writes `output`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -116,7 +124,7 @@ def plot(env: str, paths: list[Path], output: Path, title: str | None = None) ->
                 color=f"C{index}",
                 label=f"sampleforge, {path.name}",
             )
-    for ref in REFERENCES.get(env, []):
+    for ref in REFERENCES.get(env, []) if references is None else references:
         # A point far beyond the runs would only squash their curves: the legend names it.
         points = [p for p in ref.points if p[0] <= 1.2 * most_frames]
         beyond = [p for p in ref.points if p[0] > 1.2 * most_frames]

@@ -44,7 +44,8 @@ class SharedPolicyWeights:
         float_numel, exact_numel = numel
         self.flat = torch.zeros(float_numel, dtype=torch.float32, device=device)
         self.exact = torch.zeros(exact_numel, dtype=torch.float64, device=device)
-        if self.flat.device.type == "cpu":
+        self.on_cuda = self.flat.device.type == "cuda"
+        if not self.on_cuda:
             self.flat.share_memory_()
             self.exact.share_memory_()
         # [sequence number, policy version]: always host memory, read on every inference batch.
@@ -65,7 +66,7 @@ class SharedPolicyWeights:
                     n = tensor.numel()
                     flat[offset : offset + n].copy_(tensor.reshape(-1))
                     offset += n
-            if self.flat.device.type == "cuda":
+            if self.on_cuda:
                 torch.cuda.current_stream(self.flat.device).synchronize()
         self.header[1] = version
         self.header[0] += 1  # even: consistent
@@ -84,6 +85,10 @@ class SharedPolicyWeights:
             if seq % 2:
                 continue
             snapshots = (self.flat.clone(), self.exact.clone())
+            if self.on_cuda:
+                # The copy is only queued: it must be done before the sequence number is read
+                # again, or a publication that starts meanwhile could tear it unnoticed.
+                torch.cuda.current_stream(snapshots[0].device).synchronize()
             if int(self.header[0]) != seq:
                 continue
             self._unflatten_into(model, snapshots)

@@ -17,14 +17,14 @@ BUDGET = 500_000
 SOLVED = 475  # gymnasium's reward_threshold for CartPole-v1
 
 
-def _train(tmp_path, budget=BUDGET, **overrides):
+def _train(tmp_path, budget=BUDGET, device="cpu", **overrides):
     cfg = make_config(
         env="CartPole-v1",
         train_dir=str(tmp_path),
         train_for_env_steps=budget,
         stop_at_mean_return=SOLVED,
         seed=1,
-        device="cpu",
+        device=device,
         report_every_sec=30,
         **overrides,
     )
@@ -64,3 +64,15 @@ def test_gru_policy_learns_cartpole(tmp_path):
     summary = _train(tmp_path, budget=800_000, rnn="gru", rnn_size=64)
     assert summary.stopped_because == "stop_at_mean_return", summary
     _assert_solved(summary)
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_async_appo_solves_cartpole_on_cuda(tmp_path):
+    # The learner and the inference worker on the GPU: the weights reach inference through
+    # CUDA IPC and the observations travel host -> device on every batch.
+    summary = _train(tmp_path, num_workers=2, num_inference_workers=1, device="cuda")
+    assert summary.stopped_because == "stop_at_mean_return", summary
+    _assert_solved(summary)
+    assert summary.mean_policy_lag is not None and summary.mean_policy_lag > 0

@@ -182,9 +182,9 @@ LAST_VERSION = 200
 PUBLISH_PAUSE = 0.0002  # seconds between publications
 
 
-def _publisher(weights: SharedPolicyWeights, started, go) -> None:
+def _publisher(weights: SharedPolicyWeights, started, go, device: str) -> None:
     torch.set_num_threads(1)
-    model = BigNet()
+    model = BigNet().to(device)
     started.set()
     go.wait(timeout=60)  # start publishing only once the reader is pulling
     for version in range(1, LAST_VERSION + 1):
@@ -206,13 +206,16 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
-def test_concurrent_pulls_are_never_torn(spawnable, one_torch_thread):
-    weights = SharedPolicyWeights(model_numel(BigNet()))
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_concurrent_pulls_are_never_torn(spawnable, one_torch_thread, device):
+    # On CUDA the flat tensor reaches the publisher through CUDA IPC, as it reaches the
+    # inference workers.
+    weights = SharedPolicyWeights(model_numel(BigNet()), device=device)
     ctx = torch_mp.get_context("spawn")
     started, go = ctx.Event(), ctx.Event()
-    proc = ctx.Process(target=_publisher, args=(weights, started, go), daemon=True)
+    proc = ctx.Process(target=_publisher, args=(weights, started, go, device), daemon=True)
     proc.start()
-    model = BigNet()
+    model = BigNet().to(device)
     try:
         deadline = time.monotonic() + 60
         while not started.wait(timeout=0.05):

@@ -104,3 +104,21 @@ def test_checkpoint_of_another_model_gives_a_clear_error():
     other = Learner(make_config(mlp_hidden_sizes=(8,)), OBS, ACT, torch.device("cpu"))
     with pytest.raises(ValueError, match="does not fit this model"):
         _learner().load_state_dict(other.state_dict())
+
+
+@pytest.mark.gpu
+def test_sgd_steps_on_cuda_match_the_same_steps_on_the_cpu():
+    cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=2)
+    torch.manual_seed(0)
+    on_cpu = Learner(cfg, OBS, ACT, torch.device("cpu"))
+    on_cuda = Learner(cfg, OBS, ACT, torch.device("cuda"))
+    on_cuda.load_state_dict(on_cpu.state_dict())
+    data = _dataset(reward=1.0)
+    stats_cpu = on_cpu.train(data, lambda: None)
+    stats_cuda = on_cuda.train(data.to(torch.device("cuda")), lambda: None)
+    assert on_cuda.policy_version == on_cpu.policy_version == 2
+    assert next(on_cuda.model.parameters()).device.type == "cuda"
+    for (name, a), b in zip(on_cpu.model.state_dict().items(), on_cuda.model.state_dict().values()):
+        assert torch.allclose(a, b.cpu(), rtol=1e-4, atol=1e-5), name
+    for key in ("losses/policy", "losses/value", "losses/entropy", "learner/grad_norm"):
+        assert stats_cuda[key] == pytest.approx(stats_cpu[key], rel=1e-3, abs=1e-5), key
