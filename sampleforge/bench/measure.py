@@ -38,6 +38,7 @@ from sampleforge.envs.stepping.env_split import StepTargets
 from sampleforge.envs.stepping.factory import make_env_split
 from sampleforge.models.factory import make_actor_critic, resolve_device
 from sampleforge.spaces import action_spec, categorical_sizes, observation_specs
+from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
 # --- pure simulation ------------------------------------------------------------------------
 
@@ -289,7 +290,13 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
         )
         memory = _tree_memory_mb(os.getpid())
         perf = dict(runner.progress.timings)
-        perf.update({k: v for k, v in runner.progress.last_stats.items() if k.startswith("perf/")})
+        perf.update(
+            {
+                k: v
+                for k, v in runner.progress.last_stats.items()
+                if k.startswith("perf/") or k == LEAD_AT_CAP
+            }
+        )
         batches = (runner.progress.inference_batches, runner.progress.inference_samples)
     # Progress arrives once per learner iteration: a window that saw fewer than two of them
     # (a slow config or a loaded machine) has no rate to give, and says so with NaN.

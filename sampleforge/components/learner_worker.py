@@ -49,6 +49,7 @@ from sampleforge.components.batcher import Batcher
 from sampleforge.components.learner import Learner
 from sampleforge.components.sampling_gate import SamplingGate
 from sampleforge.config import Config
+from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,9 @@ class LearnerWorker:
         self._gate_sampling()
         self._train_seconds += time.perf_counter() - t0
         stats["perf/learner_train_sec"] = self._train_seconds
+        stats["perf/learner_wait_sec"] = self.gate.waited_seconds
         stats["learner/sampling_lead_sgd_steps"] = float(self.gate.lead)
+        stats[LEAD_AT_CAP] = float(self.gate.lead_at_cap)
         send_many(
             self.report_queue,
             [

@@ -79,17 +79,26 @@ class SamplingGate:
         self._last_step_at = 0.0
         self._training_ended_at: float | None = None
         self._steps_left_when_sampled: int | None = None  # of the last dataset, if it was early
+        self.waited_seconds = 0.0  # the learner's, between datasets, summed over the run
 
     # --- events from the learner worker ---------------------------------------------------------
     def training_started(self, staged_trajectories: int) -> None:
         """The learner starts a dataset; `staged_trajectories` counts it and any beyond it."""
         now = self.clock()
+        if self._training_ended_at is not None:
+            self.waited_seconds += now - self._training_ended_at
         if self.measured and self._training_ended_at is not None and self.step_seconds:
             waiting = self._complete_datasets_beyond(staged_trajectories)
             self._adjust_lead(waited=now - self._training_ended_at, datasets_waiting=waiting)
         self.sgd_steps_left = self.sgd_steps_per_dataset
         self._last_step_at = now
         self._steps_left_when_sampled = None
+
+    @property
+    def lead_at_cap(self) -> bool:
+        """Whether sampling is held to the lead's bound: a measured lead at `max_lead`, or a
+        lead set by hand."""
+        return not self.measured or self.lead >= self.max_lead
 
     def sgd_step_done(self) -> None:
         now = self.clock()

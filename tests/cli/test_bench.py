@@ -45,7 +45,7 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
         data["train_fps"] / data["compute_limit_fps"]
     )
     assert data["mean_policy_lag"] >= 0
-    assert data["bottleneck"] in {"learner-bound", "inference-bound", "sampler-bound"}
+    assert data["bottleneck"] in {"learner-bound", "inference-bound", "sampler-bound", "lag-bound"}
     assert "training / compute limit" in out
     # The vector family: 4 epochs x 4 minibatches of 512 -> 16 SGD steps per 2,048 samples.
     assert data["sgd_steps_per_1000_samples"] == pytest.approx(16000 / 2048)

@@ -194,8 +194,21 @@ def test_a_measured_lead_stops_at_the_mean_lag_target(monkeypatch):
     for _ in range(4):
         _one_dataset(gate, ledger, clock, 0.25, 2.0)  # would need a lead of 9
     assert gate.lead == 4
+    assert gate.lead_at_cap  # sampling is held to the lag target: a lag-bound run
     fixed, _, _ = _gate(lead=9)
     assert fixed.lead == 9  # a lead the user sets is theirs
+    assert fixed.lead_at_cap
+
+
+def test_the_learner_s_waits_for_data_are_summed_and_the_cap_is_only_reached_by_waiting():
+    gate, ledger, clock = _gate(lead=None)
+    assert gate.waited_seconds == 0.0 and not gate.lead_at_cap
+    # Sampling opens one step before the end and takes 8 steps: the learner waits 7, counted
+    # when it starts on the dataset it waited for (here: at the start of the second).
+    _one_dataset(gate, ledger, clock, 0.25, 2.0)
+    _one_dataset(gate, ledger, clock, 0.25, 2.0)
+    assert gate.waited_seconds == pytest.approx(7 * 0.25)
+    assert gate.lead == 8 and not gate.lead_at_cap  # the slots' bound is 2 datasets' steps
 
 
 @pytest.mark.parametrize(
