@@ -12,8 +12,8 @@ Families:
   minibatches of 256, GAE, lr 2.5e-4 decaying linearly, entropy 0.01, clip 0.1, ReLU, gradient
   norm 0.5, the DQN Nature conv network, and per-pixel input normalisation as Sample Factory's
   `normalize_input`: on Breakout it more than doubled the return at 220k frames, 4.9 against
-  2.1), with 2 epochs over each 1,024 samples instead of 4: chosen for wall time to a score,
-  see the comment at the settings.
+  2.1), with 1 epoch over each 1,024 samples at lr 5e-4 instead of 4 epochs at 2.5e-4: chosen
+  for wall time to a score, see the comment at the settings.
 - ``doom``: the ``doom_*`` scenarios (pixels, large shaped rewards).
 - ``continuous``: Box actions, vector observations: MuJoCo and the continuous classic-control
   and Box2D tasks. The usual PPO recipe for them (`sampleforge.envs.mujoco.mujoco_preset`).
@@ -80,12 +80,16 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # Epochs per dataset, atari_breakout seed 2 on 2 cores (2026-11-25), time to a mean return
     # of 20: 4 (the recipe's): 1.74M frames, 17.0 min at 1,724 frames/s, learner-bound;
     # 2: 1.74M frames, 9.4 min at 3,109; 1: 2.46M frames, 9.8 min at 4,217, sampler-bound.
+    # One epoch at twice the lr gets the frames back (2026-11-26, seeds 1-3): 20 at 1.55M-1.67M
+    # frames in 5.5-6.0 min at 4,700-4,830 frames/s, where 2 epochs at 2.5e-4 took 1.58M-1.85M
+    # frames and 8.6-10.6 min; seed 1 to 10M frames: 285.5 in 33.7 min, where 2 epochs made
+    # 124.5-161.4 in 51-57 min (docs/benchmarks.md).
     "atari": {
         "rollout": 128,
         "batch_size": 256,
         "num_batches_per_epoch": 4,
-        "num_epochs": 2,
-        "learning_rate": 2.5e-4,
+        "num_epochs": 1,
+        "learning_rate": 5e-4,
         "lr_schedule": "linear",
         "adam_eps": 1e-5,
         "with_vtrace": False,

@@ -60,10 +60,10 @@ def test_atari_without_a_preset_gets_the_atari_ppo_recipe_not_cartpoles():
         128,
         256,
         4,
-        2,
+        1,
     )
     assert (cfg.learning_rate, cfg.lr_schedule, cfg.entropy_coeff, cfg.ppo_clip_ratio) == (
-        2.5e-4,
+        5e-4,
         "linear",
         0.01,
         0.1,
