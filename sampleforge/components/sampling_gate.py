@@ -86,10 +86,11 @@ class SamplingGate:
         """The learner starts a dataset; `staged_trajectories` counts it and any beyond it."""
         now = self.clock()
         if self._training_ended_at is not None:
-            self.waited_seconds += now - self._training_ended_at
-        if self.measured and self._training_ended_at is not None and self.step_seconds:
-            waiting = self._complete_datasets_beyond(staged_trajectories)
-            self._adjust_lead(waited=now - self._training_ended_at, datasets_waiting=waiting)
+            waited = now - self._training_ended_at
+            self.waited_seconds += waited
+            if self.measured and self.step_seconds:
+                waiting = self._complete_datasets_beyond(staged_trajectories)
+                self._adjust_lead(waited=waited, datasets_waiting=waiting)
         self.sgd_steps_left = self.sgd_steps_per_dataset
         self._last_step_at = now
         self._steps_left_when_sampled = None
