@@ -82,8 +82,8 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # 2: 1.74M frames, 9.4 min at 3,109; 1: 2.46M frames, 9.8 min at 4,217, sampler-bound.
     # One epoch at twice the lr gets the frames back (2026-11-26, seeds 1-3): 20 at 1.55M-1.67M
     # frames in 5.5-6.0 min at 4,700-4,830 frames/s, where 2 epochs at 2.5e-4 took 1.58M-1.85M
-    # frames and 8.6-10.6 min; seed 1 to 10M frames: 285.5 in 33.7 min, where 2 epochs made
-    # 124.5-161.4 in 51-57 min (docs/benchmarks.md).
+    # frames and 8.6-10.6 min; seeds 1-3 to 10M frames: 285.5, 121.9, 247.7 in 34-40 min,
+    # where 2 epochs made 124.5-161.4 in 51-57 min (docs/benchmarks.md).
     "atari": {
         "rollout": 128,
         "batch_size": 256,

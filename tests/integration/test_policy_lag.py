@@ -20,6 +20,14 @@ EPOCHS, MINIBATCHES = 4, 2
 STEPS_PER_DATASET = EPOCHS * MINIBATCHES
 
 
+def _lag_bound(lead):
+    """The most SGD steps a sample may wait: its own dataset's epochs, the lead before it, and
+    one more dataset for slots that several workers started at once, each one more than asked
+    (those trajectories wait for the dataset after next)."""
+    lead_bound = lead if lead is not None else measured_lead_bound(STEPS_PER_DATASET)
+    return 2 * STEPS_PER_DATASET + lead_bound
+
+
 def _run(tmp_path, lead):
     cfg = make_config(
         env="CartPole-v1",
@@ -34,7 +42,9 @@ def _run(tmp_path, lead):
         num_epochs=EPOCHS,
         mlp_hidden_sizes=(256, 256),
         sampling_lead_sgd_steps=lead,
-        max_policy_lag=3 * STEPS_PER_DATASET,
+        # Dropping starts just past the bound back-pressure keeps to: a sample dropped means
+        # the bound failed (below it, a sample the gate allowed would be dropped).
+        max_policy_lag=_lag_bound(lead),
         train_for_env_steps=150_000,
         stop_at_mean_return=float("inf"),
         report_every_sec=1,
@@ -60,6 +70,4 @@ def test_a_slow_learner_gets_fresh_samples_and_drops_none(tmp_path, lead):
     assert summary.mean_policy_lag <= (STEPS_PER_DATASET + lead_bound) / 2 + 1
     for row in rows:
         assert float(row["learner/dropped_stale_fraction"]) == 0.0, row
-        # Several workers deciding at once may each start one slot more than asked: those
-        # trajectories wait for the dataset after next, at most one more dataset of lag.
-        assert float(row["policy_lag/max"]) <= 2 * STEPS_PER_DATASET + lead_bound, row
+        assert float(row["policy_lag/max"]) <= _lag_bound(lead), row
