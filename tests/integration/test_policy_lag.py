@@ -20,12 +20,16 @@ EPOCHS, MINIBATCHES = 4, 2
 STEPS_PER_DATASET = EPOCHS * MINIBATCHES
 
 
+def _lead_bound(lead):
+    """The lead sampling may take: the one set, or the most a measured one may grow to."""
+    return lead if lead is not None else measured_lead_bound(STEPS_PER_DATASET)
+
+
 def _lag_bound(lead):
     """The most SGD steps a sample may wait: its own dataset's epochs, the lead before it, and
     one more dataset for slots that several workers started at once, each one more than asked
     (those trajectories wait for the dataset after next)."""
-    lead_bound = lead if lead is not None else measured_lead_bound(STEPS_PER_DATASET)
-    return 2 * STEPS_PER_DATASET + lead_bound
+    return 2 * STEPS_PER_DATASET + _lead_bound(lead)
 
 
 def _run(tmp_path, lead):
@@ -66,8 +70,7 @@ def test_a_slow_learner_gets_fresh_samples_and_drops_none(tmp_path, lead):
     # A dataset's samples were acted by at most `lead` steps before its first SGD step, and
     # its last minibatch trains STEPS_PER_DATASET - 1 steps later: mean about (8 + lead) / 2.
     # A measured lead stops where that mean would pass the lag target.
-    lead_bound = lead if lead is not None else measured_lead_bound(STEPS_PER_DATASET)
-    assert summary.mean_policy_lag <= (STEPS_PER_DATASET + lead_bound) / 2 + 1
+    assert summary.mean_policy_lag <= (STEPS_PER_DATASET + _lead_bound(lead)) / 2 + 1
     for row in rows:
         assert float(row["learner/dropped_stale_fraction"]) == 0.0, row
         assert float(row["policy_lag/max"]) <= _lag_bound(lead), row
