@@ -57,12 +57,23 @@ def _cleanrl(script: str, frames: float, score: float) -> Reference:
 # +- 28.09, PongNoFrameskip-v4 20.36 +- 0.20); ppo_continuous_action.py at 1M steps of the v2
 # tasks, which skip no frames (HalfCheetah 1822.82 +- 928.11, Hopper 2231.12 +- 656.72,
 # Walker2d 3050.09 +- 1136.21).
+# Sample Factory 2 on defend_the_center: the best mean training return a run saved, read from
+# its checkpoint's name on huggingface.co (best_<policy version>_<frames>_reward_<return>.pth),
+# so the same measure as ours. A Hugging Face Deep RL course run to 10M frames, with turning and
+# attacking as two heads (execbat/rl_course_vizdoom_doom_defend_the_center), and one of the
+# authors' runs, with 1 + 3 flat actions as ours (edbeeching/doom_defend_the_center_flat_actions_1111).
+_SF_DEFEND_THE_CENTER = [
+    Reference("Sample Factory 2, HF course run, best", "k^", ((9_576_448, 17.33, None),)),
+    Reference("Sample Factory 2, authors' run, best", "kv", ((3_708_043_264, 24.94, None),)),
+]
+
 REFERENCES: dict[str, list[Reference]] = {
     "atari_breakout": [_SF_BREAKOUT, _cleanrl("ppo_atari.py", 40e6, 414.66)],
     "atari_pong": [_cleanrl("ppo_atari.py", 40e6, 20.36)],
     "HalfCheetah-v5": [_cleanrl("ppo_continuous_action.py", 1e6, 1822.82)],
     "Hopper-v5": [_cleanrl("ppo_continuous_action.py", 1e6, 2231.12)],
     "Walker2d-v5": [_cleanrl("ppo_continuous_action.py", 1e6, 3050.09)],
+    "doom_defend_the_center": _SF_DEFEND_THE_CENTER,
 }
 
 
