@@ -114,9 +114,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     #   of a stale sample on a negative advantage) collapsed it; the dual clip bounds that;
     # - lr 2.5e-4, 4 x 256, entropy 0.01, dual clip 3: 12, then a plateau at 13-14 to 8M;
     # - the same with the GRU: 15 by 3.04M frames, then 16-18 to 6.26M (26 minutes); a second
-    #   run to 10M (2026-11-26): 15 at 3.31M, then a plateau at 11-15 (best 15.6; Sample
-    #   Factory's course run: 17.33 at 9.6M). health_gathering: the ceiling, 2,100 (every
-    #   episode to the time limit), at 4.1M frames, then 1,000-1,900 from 7M.
+    #   run to 10M (2026-11-26): 15 at 3.31M, then a plateau at 11-15 (best 15.6); seed 2:
+    #   17.33 (Sample Factory's course run at 9.6M) at 2.73M, best 18.46 to 6.09M.
+    #   health_gathering: the ceiling, 2,100 (every episode to the time limit), at 4.1M
+    #   frames, then 1,000-1,900 from 7M.
     "doom": {
         "activation": "elu",
         "rnn": "gru",
