@@ -133,7 +133,7 @@ def plot(
                 xs / (1e6 if x == "env_steps" else 60.0),
                 ys,
                 color=f"C{index}",
-                label=f"sampleforge, {path.name}",
+                label=f"sampleforge, {path.parent.name}/{path.name}",
             )
     for ref in REFERENCES.get(env, []) if references is None else references:
         # A point far beyond the runs would only squash their curves: the legend names it.
@@ -183,6 +183,13 @@ def main() -> None:
         help="continue the runs in --train_dir from their last checkpoints, so a 10M-frame "
         "run can be done in --minutes chunks (wall times add up over the chunks)",
     )
+    parser.add_argument(
+        "--also",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="run folders from elsewhere (an earlier family, a variant) to time and draw too",
+    )
     args = parser.parse_args()
     paths = [args.train_dir / f"{args.env}_seed{seed}" for seed in args.seeds]
     if not args.plot_only:
@@ -190,6 +197,7 @@ def main() -> None:
             train_seed(args.env, seed, args.frames, args.minutes, args.train_dir, args.resume)
             for seed in args.seeds
         ]
+    paths += args.also
     targets = args.targets or sorted(
         {score for ref in REFERENCES.get(args.env, []) for _, score, _ in ref.points}
     )
@@ -205,7 +213,7 @@ def main() -> None:
                     else f"{reached[0] / 1e6:.2f}M frames, {reached[1] / 60:.1f} min"
                 )
             )
-        print(f"{path.name}: " + "; ".join(cells))
+        print(f"{path.parent.name}/{path.name}: " + "; ".join(cells))
     print(f"wrote {plot(args.env, paths, args.out / f'{args.env}_curves.png')}")
 
 

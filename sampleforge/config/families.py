@@ -113,20 +113,22 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # - entropy 0.01: peaked at 13.3, then one update with a policy loss of 3.0 (the huge ratio
     #   of a stale sample on a negative advantage) collapsed it; the dual clip bounds that;
     # - lr 2.5e-4, 4 x 256, entropy 0.01, dual clip 3: 12, then a plateau at 13-14 to 8M;
-    # - the same with the GRU: 15 by 3.04M frames, then 16-18 to 6.26M (26 minutes); a second
-    #   run to 10M (2026-11-26): 15 at 3.31M, then a plateau at 11-15 (best 15.6); seed 2:
-    #   17.33 (Sample Factory's course run at 9.6M) at 2.73M, best 18.46 to 6.09M.
-    #   health_gathering: the ceiling, 2,100 (every episode to the time limit), at 4.1M
-    #   frames, then 1,000-1,900 from 7M.
+    # - the same with the GRU, lr constant: 15 at 3.31M, then a plateau at 11-15 to 10M (best
+    #   15.6); seed 2: 17.33 (Sample Factory's course run at 9.6M) at 2.73M, best 18.46;
+    #   health_gathering: the ceiling, 2,100, at 4.1M frames, then a median of 1,565 over 8-10M.
+    # - lr linear to 0 at the budget, entropy 0.005 (2026-11-26, seed 1, 10M frames): DTC median
+    #   16.1 over 3-6M frames (12.5 before); health_gathering 2,000 at 2.67M frames (3.52M) and
+    #   a median of 1,810 over 8-10M. The linear schedule alone held 1,862 there.
     "doom": {
         "activation": "elu",
         "rnn": "gru",
         "rnn_size": 256,
         "learning_rate": 2.5e-4,
+        "lr_schedule": "linear",
         "batch_size": 256,
         "num_batches_per_epoch": 4,
         "num_epochs": 1,
-        "entropy_coeff": 0.01,
+        "entropy_coeff": 0.005,
         "ppo_dual_clip": 3.0,
         "num_envs_per_worker": 8,
         "learner_torch_threads": "auto",
