@@ -118,7 +118,11 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     #   health_gathering: the ceiling, 2,100, at 4.1M frames, then a median of 1,565 over 8-10M.
     # - lr linear to 0 at the budget, entropy 0.005 (2026-11-26, seed 1, 10M frames): DTC median
     #   16.1 over 3-6M frames (12.5 before); health_gathering 2,000 at 2.67M frames (3.52M) and
-    #   a median of 1,810 over 8-10M. The linear schedule alone held 1,862 there.
+    #   a median of 1,810 over 8-10M. The linear schedule alone held 1,862 there. But DTC seed 2
+    #   stuck at 5-10 (median 7.9 over 3-6M, best 10.2), its entropy at 0.28 by 3M frames.
+    # - lr linear, entropy 0.01 (the family now, 2026-11-26, DTC seeds 1-2): 3-6M medians of
+    #   12.6 and 15.5, 8-10M 11.7 and 13.9; health_gathering seeds 1-2: 2,000 at 4.52M and
+    #   4.20M frames, 1,862 and 2,002 over 8-10M.
     "doom": {
         "activation": "elu",
         "rnn": "gru",
@@ -128,7 +132,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
         "batch_size": 256,
         "num_batches_per_epoch": 4,
         "num_epochs": 1,
-        "entropy_coeff": 0.005,
+        "entropy_coeff": 0.01,
         "ppo_dual_clip": 3.0,
         "num_envs_per_worker": 8,
         "learner_torch_threads": "auto",
