@@ -47,6 +47,7 @@ from sampleforge.algo.losses import (
 from sampleforge.algo.vtrace import MAX_LOG_RATIO, importance_ratio, vtrace_targets
 
 ALGORITHMS = ("appo", "impala", "a3c")
+ADVANTAGE_SCALES = ("minibatch", "return_std")
 
 
 def check_algorithm(algorithm: str) -> None:
@@ -68,6 +69,9 @@ class ValueNormalizer(Protocol):
 
     def denormalize(self, y: Tensor) -> Tensor:
         """y * std + mean (no clipping)."""
+
+    def std(self) -> Tensor:
+        """The running standard deviation of the targets."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,13 @@ class LossSettings:
     entropy_coeff: float = 0.003
     """Weight of the entropy bonus in the total."""
     normalize_advantages: bool = True
-    """Normalise policy advantages to zero mean / unit std over valid samples."""
+    """Bring policy advantages to unit scale, as ``advantage_scale`` says."""
+    advantage_scale: str = "minibatch"
+    """minibatch: (A - mean) / std over the minibatch's valid samples (the PPO recipe);
+    return_std: A / the running std of the value targets (the policy gradient of PopArt,
+    Hessel et al. 2019), which needs a value normaliser. The minibatch's own std makes a
+    minibatch whose advantages are only value noise (nothing happened) as loud as one with a
+    death in it; the running std keeps it as quiet as it is."""
 
     def __post_init__(self) -> None:
         check_algorithm(self.algorithm)
@@ -113,6 +123,11 @@ class LossSettings:
             raise ValueError(f"ppo_dual_clip must be > 1 or None, got {self.ppo_dual_clip}")
         if self.value_clip is not None and self.value_clip <= 0.0:
             raise ValueError(f"value_clip must be > 0 or None, got {self.value_clip}")
+        if self.advantage_scale not in ADVANTAGE_SCALES:
+            raise ValueError(
+                f"advantage_scale must be one of {', '.join(ADVANTAGE_SCALES)}, "
+                f"got {self.advantage_scale!r}"
+            )
 
     @property
     def uses_vtrace(self) -> bool:
@@ -259,9 +274,7 @@ def loss_from_advantages(
     value_estimates = values
     if value_normalizer is not None:
         value_estimates = value_normalizer.denormalize(values.detach())
-    normalized = (
-        normalize_advantages(advantages, valids) if settings.normalize_advantages else advantages
-    )
+    normalized = _scaled_advantages(settings, advantages, valids, value_normalizer)
 
     policy = _policy_loss(settings, log_probs, behaviour_log_probs, normalized, valids)
     critic_targets, critic_old_values = targets, behaviour_values
@@ -289,6 +302,24 @@ def loss_from_advantages(
     return LossOutput(
         total=total, policy_loss=policy, value_loss=critic, entropy=mean_entropy, metrics=metrics
     )
+
+
+def _scaled_advantages(
+    settings: LossSettings,
+    advantages: Tensor,
+    valids: Tensor | None,
+    value_normalizer: ValueNormalizer | None,
+) -> Tensor:
+    """The advantages the policy gradient weighs samples by (`LossSettings.advantage_scale`)."""
+    if not settings.normalize_advantages:
+        return advantages
+    if settings.advantage_scale == "minibatch":
+        return normalize_advantages(advantages, valids)
+    if value_normalizer is None:
+        raise ValueError(
+            "advantage_scale 'return_std' needs a value normaliser (normalize_returns)"
+        )
+    return advantages / value_normalizer.std()
 
 
 def _advantages_and_targets(

@@ -95,6 +95,17 @@ class SharedPolicyWeights:
             return version
         return have_version
 
+    def release(self) -> None:
+        """Let go of the shared tensors in this process: its component is done with them.
+
+        On CUDA they are the runner's, mapped here through IPC, and the runner can free them
+        only once every process has let go; it warns at exit otherwise ("Producer process has
+        been terminated before all shared CUDA tensors released"). Explicit, because whatever
+        still refers to this object when the process ends would keep the mapping alive.
+        """
+        self.flat = self.flat.new_empty(0)
+        self.exact = self.exact.new_empty(0)
+
     @staticmethod
     def _unflatten_into(model: nn.Module, snapshots: tuple[torch.Tensor, torch.Tensor]) -> None:
         with torch.no_grad():

@@ -12,6 +12,7 @@ to shut down) and ask the kernel to kill them if the runner dies (Linux parent-d
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import signal
 import sys
@@ -21,6 +22,7 @@ from typing import Any, Callable, Protocol
 
 from faster_fifo import Queue
 
+from sampleforge.buffers.shared_weights import SharedPolicyWeights
 from sampleforge.comms.doorbell_queue import DoorbellQueue
 from sampleforge.comms.heap import HeapTrimmer, reuse_freed_tensor_memory
 from sampleforge.comms.messages import ComponentFailed, ComponentStarted, ComponentStopped
@@ -65,6 +67,37 @@ def _name_process(name: str) -> None:
             pass
 
 
+def _release_shared_tensors(kwargs: dict[str, Any]) -> None:
+    """Let go of the policy weights this process received, before it exits.
+
+    On CUDA they are the runner's tensors mapped here through IPC; the runner can free them
+    only once every process has let go, and warns at its exit otherwise ("Producer process
+    has been terminated before all shared CUDA tensors released"). Released explicitly rather
+    than by dropping references: left to interpreter teardown, the mapping outlives them.
+    """
+    for weights in _shared_weights_in(kwargs):
+        weights.release()
+
+
+def _shared_weights_in(value: Any, seen: set[int] | None = None) -> Iterator[SharedPolicyWeights]:
+    """Every SharedPolicyWeights in `value`, looking through containers and dataclasses."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, SharedPolicyWeights):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _shared_weights_in(getattr(value, field.name), seen)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _shared_weights_in(item, seen)
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _shared_weights_in(item, seen)
+
+
 def component_main(
     name: str,
     build: Callable[..., Component],
@@ -93,6 +126,7 @@ def component_main(
             component.poll(POLL_TIMEOUT_SEC)
             heap.maybe_trim()
         component.close()
+        _release_shared_tensors(kwargs)
         send_many(report_queue, [ComponentStopped(name)])
     except BaseException as e:  # noqa: BLE001 - every failure must reach the runner
         report_failure(report_queue, name, e)

@@ -50,6 +50,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         value_loss_coeff=cfg.value_loss_coeff,
         entropy_coeff=cfg.entropy_coeff,
         normalize_advantages=cfg.normalize_advantages,
+        advantage_scale=cfg.advantage_scale,
     )
 
 

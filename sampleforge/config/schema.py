@@ -28,6 +28,7 @@ RnnType = Literal["none", "gru", "lstm"]
 EncoderName = str
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
+AdvantageScale = Literal["minibatch", "return_std"]
 RestartBehavior = Literal["resume", "overwrite"]
 EnvErrorPolicy = Literal["restart", "fail"]
 PbtObjective = Literal["auto", "mean_return", "win_rate"]
@@ -269,7 +270,17 @@ class Config:
     )
     value_loss_coeff: float = option(0.5, "Critic loss coefficient.", "learner")
     entropy_coeff: float = option(0.003, "Entropy bonus coefficient.", "learner")
-    normalize_advantages: bool = option(True, "Normalise advantages per minibatch.", "learner")
+    normalize_advantages: bool = option(
+        True, "Normalise advantages (see advantage_scale).", "learner"
+    )
+    advantage_scale: AdvantageScale = option(
+        "minibatch",
+        "How normalize_advantages scales them: minibatch, (A - mean) / std over each "
+        "minibatch (the PPO recipe); return_std, A / the running std of the returns "
+        "(PopArt's policy gradient; needs normalize_returns), which keeps the value noise "
+        "of a minibatch with nothing to learn small instead of scaling it to unit size.",
+        "learner",
+    )
     reward_scale: float = option(
         0.1,
         "Rewards are multiplied by this before learning (keeps value targets near unit scale).",

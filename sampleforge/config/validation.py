@@ -308,6 +308,11 @@ def cross_field_problems(cfg: Config) -> list[str]:
             f"batch_size ({cfg.batch_size}) must be a multiple of rollout "
             f"({cfg.rollout}): minibatches hold whole trajectories"
         )
+    if cfg.advantage_scale == "return_std" and not cfg.normalize_returns:
+        problems.append(
+            "advantage_scale 'return_std' divides by the running std of the returns: it needs "
+            "normalize_returns true (or advantage_scale minibatch)"
+        )
     if cfg.with_pbt and cfg.num_policies < 2:
         problems.append(
             f"with_pbt needs a population: num_policies ({cfg.num_policies}) must be >= 2"

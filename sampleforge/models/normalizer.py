@@ -70,7 +70,11 @@ class RunningMeanStd(nn.Module):
         y: [..., *shape] -> same shape, float32.
         """
         y = y.to(self.mean.dtype)
-        return y * torch.sqrt(self.var + self.epsilon) + self.mean
+        return y * self.std() + self.mean
+
+    def std(self) -> torch.Tensor:
+        """The running standard deviation, [*shape] (epsilon included, as in ``normalize``)."""
+        return torch.sqrt(self.var + self.epsilon)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Alias of ``normalize`` so the module can be used like any other layer."""

@@ -30,7 +30,9 @@ def _rows(csv: Path) -> int:
     return len(csv.read_text().splitlines()) - 1 if csv.exists() else 0
 
 
-def _start(train_dir: Path, experiment: str) -> subprocess.Popen:
+def _start(
+    train_dir: Path, experiment: str, device: str = "cpu", env_steps: int = 100_000_000
+) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
@@ -43,11 +45,11 @@ def _start(train_dir: Path, experiment: str) -> subprocess.Popen:
         "--experiment",
         experiment,
         "--device",
-        "cpu",
+        device,
         "--stop_at_mean_return",
         "inf",
         "--train_for_env_steps",
-        "100000000",
+        str(env_steps),
         "--report_every_sec",
         "1",
         "--save_every_sec",
@@ -140,6 +142,31 @@ def test_sigint_at_random_moments(tmp_path):
             assert latest is not None and latest >= previous, (attempt, latest, previous)
         previous = latest
     assert set(os.listdir("/dev/shm")) - shm_before == set()
+
+
+IPC_WARNING = "shared CUDA tensors released"  # torch's "Producer process has been terminated..."
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.timeout(180)
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: still warns on an H100 and an H200 (2026-11-26) although every "
+    "component releases the weights it mapped; the other shared CUDA tensor is not found yet",
+)
+@pytest.mark.parametrize("ending", ["budget", "sigint"])
+def test_cuda_run_ends_without_ipc_warning(tmp_path, ending):
+    # The runner makes the CUDA weights the learner and inference workers map through IPC:
+    # each component must let go of them before it exits, or the runner warns at its own exit.
+    budget = 30_000 if ending == "budget" else 100_000_000
+    proc = _start(tmp_path, "cuda", device="cuda", env_steps=budget)
+    if ending == "sigint":
+        _wait_training(proc, tmp_path / "cuda" / "progress.csv", rows=2)
+        proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == (130 if ending == "sigint" else 0), out
+    assert IPC_WARNING not in out, out
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from sampleforge.algo.actor_critic_loss import (
     LossSettings,
     Rollout,
     actor_critic_loss,
+    loss_from_advantages,
 )
 from sampleforge.algo.gae import gae_advantages, n_step_returns
 from sampleforge.algo.losses import (
@@ -22,6 +23,7 @@ from sampleforge.algo.losses import (
     value_loss,
 )
 from sampleforge.algo.vtrace import vtrace_targets
+from sampleforge.models.normalizer import RunningMeanStd
 
 T, B = 6, 4
 
@@ -328,3 +330,70 @@ def test_shape_errors() -> None:
         actor_critic_loss(SETTINGS["appo"], Rollout(**dict(batch, values=batch["values"][:-1])))
     with pytest.raises(ValueError, match="valids"):
         actor_critic_loss(SETTINGS["a3c"], Rollout(valids=torch.ones(T + 1, B), **batch))
+
+
+# --- advantage scale ------------------------------------------------------------------------
+def _returns_stats(std: float) -> RunningMeanStd:
+    stats = RunningMeanStd(())
+    stats.var.fill_(std**2)
+    return stats
+
+
+def _policy_grad(settings: LossSettings, advantages: torch.Tensor, std: float) -> torch.Tensor:
+    """Gradient of the loss w.r.t. the log-probs, on-policy, for the given advantages."""
+    batch = make_batch()
+    log_probs = batch["behaviour_log_probs"].clone().requires_grad_(True)
+    out = loss_from_advantages(
+        settings=settings,
+        log_probs=log_probs,
+        entropy=batch["entropy"],
+        values=batch["values"][:-1],
+        behaviour_log_probs=batch["behaviour_log_probs"],
+        behaviour_values=batch["behaviour_values"][:-1],
+        advantages=advantages,
+        targets=batch["behaviour_values"][:-1],
+        value_normalizer=_returns_stats(std),
+    )
+    out.policy_loss.backward()
+    return log_probs.grad
+
+
+RETURN_STD = LossSettings(algorithm="appo", with_vtrace=False, advantage_scale="return_std")
+MINIBATCH = LossSettings(algorithm="appo", with_vtrace=False)
+UNSCALED = LossSettings(algorithm="appo", with_vtrace=False, normalize_advantages=False)
+
+
+def test_return_std_divides_the_advantages_by_the_running_std_of_the_returns() -> None:
+    advantages = torch.randn(T, B, generator=torch.Generator().manual_seed(3))
+    scaled = _policy_grad(RETURN_STD, advantages, std=50.0)
+    assert torch.allclose(scaled, _policy_grad(UNSCALED, advantages / 50.0, std=50.0))
+    assert not torch.allclose(scaled, _policy_grad(MINIBATCH, advantages, std=50.0))
+
+
+def test_return_std_keeps_a_minibatch_of_value_noise_quiet() -> None:
+    # Nothing happened: the advantages are 0.1% value noise of returns with std 1. The
+    # minibatch's own std scales that noise to unit size; the running std leaves it small,
+    # while a minibatch with one real event (a death) still moves the policy.
+    noise = 1e-3 * torch.randn(T, B, generator=torch.Generator().manual_seed(4))
+    death = noise.clone()
+    death[2, 1] = -2.0
+    quiet = _policy_grad(RETURN_STD, noise, std=1.0).norm()
+    assert quiet < 0.01 * _policy_grad(MINIBATCH, noise, std=1.0).norm()
+    assert _policy_grad(RETURN_STD, death, std=1.0).norm() > 100 * quiet
+
+
+def test_return_std_needs_a_value_normaliser_and_the_scale_is_checked() -> None:
+    batch = make_batch()
+    with pytest.raises(ValueError, match="return_std"):
+        loss_from_advantages(
+            settings=RETURN_STD,
+            log_probs=batch["log_probs"],
+            entropy=batch["entropy"],
+            values=batch["values"][:-1],
+            behaviour_log_probs=batch["behaviour_log_probs"],
+            behaviour_values=batch["behaviour_values"][:-1],
+            advantages=batch["rewards"],
+            targets=batch["rewards"],
+        )
+    with pytest.raises(ValueError, match="advantage_scale.*'dataset'"):
+        LossSettings(algorithm="appo", advantage_scale="dataset")

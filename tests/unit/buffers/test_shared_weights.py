@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -247,6 +250,50 @@ def test_concurrent_pulls_are_never_torn(spawnable, one_torch_thread, device):
     assert have == LAST_VERSION, pulled
     assert len(pulled) >= 3, pulled  # the reader really ran concurrently with the writer
     assert weights.version == LAST_VERSION
+
+
+def _pull_then_exit(weights: SharedPolicyWeights, release: bool) -> None:
+    model = BigNet().to(weights.flat.device)
+    weights.pull(model, -1)
+    if release:
+        weights.release()
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("release,warns", [(False, True), (True, False)])
+def test_a_reader_that_releases_lets_the_producer_exit_without_ipc_warning(release, warns):
+    # The producer (here a fresh interpreter, in a run the runner) warns at its exit about
+    # CUDA tensors a reader had mapped and never let go of; a reader that only drops its
+    # references when it exits does not count as letting go.
+    root = Path(__file__).resolve().parents[len(__name__.split(".")) - 1]
+    program = f"""
+import torch.multiprocessing as mp
+from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
+from {__name__} import BigNet, _pull_then_exit
+
+if __name__ == "__main__":
+    weights = SharedPolicyWeights(model_numel(BigNet()), "cuda")
+    weights.publish(BigNet().cuda(), 1)
+    reader = mp.get_context("spawn").Process(target=_pull_then_exit, args=(weights, {release}))
+    reader.start()
+    reader.join()
+    assert reader.exitcode == 0, reader.exitcode
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr
+    assert ("shared CUDA tensors released" in done.stderr) == warns, done.stderr
+
+
+def test_release_empties_the_tensors_but_keeps_the_version():
+    weights = SharedPolicyWeights(model_numel(Net()))
+    weights.publish(Net(), 3)
+    weights.release()
+    assert weights.flat.numel() == weights.exact.numel() == 0
+    assert weights.version == 3
 
 
 # --- known bugs -------------------------------------------------------------------------------

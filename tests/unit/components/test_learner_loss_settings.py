@@ -22,6 +22,8 @@ def test_every_loss_setting_is_read_from_the_config() -> None:
         value_loss_coeff=0.7,
         entropy_coeff=0.02,
         normalize_advantages=False,
+        advantage_scale="return_std",
+        normalize_returns=True,
     )
     settings = loss_settings(cfg)
     defaults = LossSettings(algorithm="appo")

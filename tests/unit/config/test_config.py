@@ -108,6 +108,16 @@ def test_tuple_from_comma_separated_string():
     assert make_config(mlp_hidden_sizes=[5, 6]).mlp_hidden_sizes == (5, 6)
 
 
+def test_return_std_advantages_need_return_normalisation():
+    with pytest.raises(ConfigError, match="advantage_scale 'return_std'.*normalize_returns"):
+        make_config(advantage_scale="return_std", normalize_returns=False)
+    assert make_config(advantage_scale="return_std", normalize_returns=True).advantage_scale == (
+        "return_std"
+    )
+    with pytest.raises(ConfigError, match="advantage_scale"):
+        make_config(advantage_scale="dataset")
+
+
 @pytest.mark.parametrize("bad", ["32,x", "", "32,,32", "1.5,2"])
 def test_bad_tuple_is_refused(bad):
     with pytest.raises(ConfigError, match="mlp_hidden_sizes"):
