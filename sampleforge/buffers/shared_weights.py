@@ -95,13 +95,14 @@ class SharedPolicyWeights:
             return version
         return have_version
 
-    def release(self) -> None:
+    def release_shared(self) -> None:
         """Let go of the shared tensors in this process: its component is done with them.
 
         On CUDA they are the runner's, mapped here through IPC, and the runner can free them
         only once every process has let go; it warns at exit otherwise ("Producer process has
         been terminated before all shared CUDA tensors released"). Explicit, because whatever
         still refers to this object when the process ends would keep the mapping alive.
+        Component processes call it on exit (`comms.component_process`).
         """
         self.flat = self.flat.new_empty(0)
         self.exact = self.exact.new_empty(0)

@@ -22,7 +22,6 @@ from typing import Any, Callable, Protocol
 
 from faster_fifo import Queue
 
-from sampleforge.buffers.shared_weights import SharedPolicyWeights
 from sampleforge.comms.doorbell_queue import DoorbellQueue
 from sampleforge.comms.heap import HeapTrimmer, reuse_freed_tensor_memory
 from sampleforge.comms.messages import ComponentFailed, ComponentStarted, ComponentStopped
@@ -68,34 +67,36 @@ def _name_process(name: str) -> None:
 
 
 def _release_shared_tensors(kwargs: dict[str, Any]) -> None:
-    """Let go of the policy weights this process received, before it exits.
+    """Let go of the tensors shared into this process (the policy weights), before it exits.
 
     On CUDA they are the runner's tensors mapped here through IPC; the runner can free them
     only once every process has let go, and warns at its exit otherwise ("Producer process
     has been terminated before all shared CUDA tensors released"). Released explicitly rather
     than by dropping references: left to interpreter teardown, the mapping outlives them.
+    Only here, in the component's own process: in serial mode the runner shares the objects.
     """
-    for weights in _shared_weights_in(kwargs):
-        weights.release()
+    for shared in releasables_in(kwargs):
+        shared.release_shared()
 
 
-def _shared_weights_in(value: Any, seen: set[int] | None = None) -> Iterator[SharedPolicyWeights]:
-    """Every SharedPolicyWeights in `value`, looking through containers and dataclasses."""
+def releasables_in(value: Any, seen: set[int] | None = None) -> Iterator[Any]:
+    """Every object with a `release_shared()` method in `value`, looking through lists,
+    tuples, dicts and dataclasses (a component's endpoints)."""
     seen = set() if seen is None else seen
     if id(value) in seen:
         return
     seen.add(id(value))
-    if isinstance(value, SharedPolicyWeights):
+    if callable(getattr(type(value), "release_shared", None)):
         yield value
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         for field in dataclasses.fields(value):
-            yield from _shared_weights_in(getattr(value, field.name), seen)
+            yield from releasables_in(getattr(value, field.name), seen)
     elif isinstance(value, (list, tuple)):
         for item in value:
-            yield from _shared_weights_in(item, seen)
+            yield from releasables_in(item, seen)
     elif isinstance(value, dict):
         for item in value.values():
-            yield from _shared_weights_in(item, seen)
+            yield from releasables_in(item, seen)
 
 
 def component_main(

@@ -120,9 +120,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     #   16.1 over 3-6M frames (12.5 before); health_gathering 2,000 at 2.67M frames (3.52M) and
     #   a median of 1,810 over 8-10M. The linear schedule alone held 1,862 there. But DTC seed 2
     #   stuck at 5-10 (median 7.9 over 3-6M, best 10.2), its entropy at 0.28 by 3M frames.
-    # - lr linear, entropy 0.01 (the family now, 2026-11-26, DTC seeds 1-2): 3-6M medians of
-    #   12.6 and 15.5, 8-10M 11.7 and 13.9; health_gathering seeds 1-2: 2,000 at 4.52M and
-    #   4.20M frames, 1,862 and 2,002 over 8-10M.
+    # - lr linear, entropy 0.01 (the family now, 2026-11-26, DTC seeds 1-3): 3-6M medians of
+    #   12.6, 15.5 and 12.4, 8-10M 11.7, 13.9 and 12.1; health_gathering seeds 1-2: 2,000 at
+    #   4.52M and 4.20M frames, 1,862 and 2,002 over 8-10M; seed 3 never found the medkits
+    #   (entropy 0.07 by 5M frames, return 285 to 10M).
     "doom": {
         "activation": "elu",
         "rnn": "gru",

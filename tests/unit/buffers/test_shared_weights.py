@@ -256,7 +256,7 @@ def _pull_then_exit(weights: SharedPolicyWeights, release: bool) -> None:
     model = BigNet().to(weights.flat.device)
     weights.pull(model, -1)
     if release:
-        weights.release()
+        weights.release_shared()
 
 
 @pytest.mark.gpu
@@ -291,7 +291,7 @@ if __name__ == "__main__":
 def test_release_empties_the_tensors_but_keeps_the_version():
     weights = SharedPolicyWeights(model_numel(Net()))
     weights.publish(Net(), 3)
-    weights.release()
+    weights.release_shared()
     assert weights.flat.numel() == weights.exact.numel() == 0
     assert weights.version == 3
 
