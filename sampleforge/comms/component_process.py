@@ -79,24 +79,34 @@ def _release_shared_tensors(kwargs: dict[str, Any]) -> None:
         shared.release_shared()
 
 
-def releasables_in(value: Any, seen: set[int] | None = None) -> Iterator[Any]:
+def releasables_in(value: Any) -> Iterator[Any]:
     """Every object with a `release_shared()` method in `value`, looking through lists,
     tuples, dicts and dataclasses (a component's endpoints)."""
-    seen = set() if seen is None else seen
-    if id(value) in seen:
-        return
-    seen.add(id(value))
-    if callable(getattr(type(value), "release_shared", None)):
-        yield value
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for field in dataclasses.fields(value):
-            yield from releasables_in(getattr(value, field.name), seen)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from releasables_in(item, seen)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from releasables_in(item, seen)
+    for item in _contents(value, into_dataclasses=True):
+        if callable(getattr(type(item), "release_shared", None)):
+            yield item
+
+
+def _contents(value: Any, *, into_dataclasses: bool) -> Iterator[Any]:
+    """`value` and, depth first, everything inside its lists, tuples and dicts (and the
+    fields of its dataclasses if `into_dataclasses`); each object once."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        yield item
+        if isinstance(item, (list, tuple)):
+            children = list(item)
+        elif isinstance(item, dict):
+            children = list(item.values())
+        elif into_dataclasses and dataclasses.is_dataclass(item) and not isinstance(item, type):
+            children = [getattr(item, field.name) for field in dataclasses.fields(item)]
+        else:
+            continue
+        stack.extend(reversed(children))
 
 
 def component_main(
@@ -135,17 +145,14 @@ def component_main(
 
 
 def queues_in(value: Any) -> Iterator[Queue]:
-    """Every faster-fifo queue in `value`, looking through lists, tuples, dicts and doorbells."""
-    if isinstance(value, Queue):
-        yield value
-    elif isinstance(value, DoorbellQueue):
-        yield value.queue
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from queues_in(item)
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from queues_in(item)
+    """Every faster-fifo queue in `value`, looking through lists, tuples, dicts and doorbells.
+
+    Not through dataclasses: which rings a process maps stays what its arguments name."""
+    for item in _contents(value, into_dataclasses=False):
+        if isinstance(item, Queue):
+            yield item
+        elif isinstance(item, DoorbellQueue):
+            yield item.queue
 
 
 def report_failure(report_queue, name: str, error: BaseException) -> None:
