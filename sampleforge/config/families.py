@@ -13,7 +13,8 @@ Families:
   norm 0.5, the DQN Nature conv network, and per-pixel input normalisation as Sample Factory's
   `normalize_input`: on Breakout it more than doubled the return at 220k frames, 4.9 against
   2.1), with 1 epoch over each 1,024 samples at lr 5e-4 instead of 4 epochs at 2.5e-4: chosen
-  for wall time to a score, see the comment at the settings.
+  for wall time to a score, see the comment at the settings; and Sample Factory's
+  initialisation (`init_scheme` unit), which learns Breakout in fewer frames than CleanRL's.
 - ``doom``: the ``doom_*`` scenarios (pixels, large shaped rewards).
 - ``continuous``: Box actions, vector observations: MuJoCo and the continuous classic-control
   and Box2D tasks. The usual PPO recipe for them (`sampleforge.envs.mujoco.mujoco_preset`).
@@ -84,6 +85,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # frames in 5.5-6.0 min at 4,700-4,830 frames/s, where 2 epochs at 2.5e-4 took 1.58M-1.85M
     # frames and 8.6-10.6 min; seeds 1-3 to 10M frames: 285.5, 121.9, 247.7 in 34-40 min,
     # where 2 epochs made 124.5-161.4 in 51-57 min (docs/benchmarks.md).
+    # Sample Factory's initialisation (`init_scheme` unit: orthogonal gain 1 everywhere, so the
+    # first policy is far from uniform) instead of CleanRL's (2026-11-26, seed 2): 10 at 0.57M
+    # frames, 20 at 1.30M, 25 at 1.87M, against 0.81M-0.99M, 1.55M-1.70M and 2.35M; Sample
+    # Factory's own seeds 1-2 on this machine: 0.47M/0.43M, 1.31M/1.50M and 2.0M/1.82M.
     "atari": {
         "rollout": 128,
         "batch_size": 256,
@@ -102,6 +107,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
         "activation": "relu",
         "encoder": "conv_nature",
         "normalize_pixels": True,
+        "init_scheme": "unit",
         "num_envs_per_worker": 16,
         "learner_torch_threads": "auto",
     },

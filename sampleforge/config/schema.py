@@ -29,6 +29,7 @@ EncoderName = str
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
 AdvantageScale = Literal["minibatch", "return_std"]
+InitScheme = Literal["ppo", "unit"]
 RestartBehavior = Literal["resume", "overwrite"]
 EnvErrorPolicy = Literal["restart", "fail"]
 PbtObjective = Literal["auto", "mean_return", "win_rate"]
@@ -330,6 +331,13 @@ class Config:
     )
     rnn_size: int = option(128, "Hidden size of the recurrent core.", "model")
     shared_weights: bool = option(True, "Actor and critic share the encoder and core.", "model")
+    init_scheme: InitScheme = option(
+        "ppo",
+        "Initial weights, orthogonal: ppo (gain sqrt 2 for hidden layers, 0.01 for the "
+        "policy head, 1 for the value head, as CleanRL) or unit (gain 1 for every linear and "
+        "conv layer, as Sample Factory; recurrent cores keep their own).",
+        "model",
+    )
 
     # --- reliability ----------------------------------------------------------------------------
     env_error_policy: EnvErrorPolicy = option(

@@ -26,6 +26,7 @@ from sampleforge import spaces
 from sampleforge.models.action_heads import make_action_head
 from sampleforge.models.cores import Core, make_core
 from sampleforge.models.encoders import Encoder, make_encoder
+from sampleforge.models.init_schemes import apply_init_scheme
 from sampleforge.models.normalizer import RunningMeanStd
 
 VALUE_HEAD_GAIN = 1.0
@@ -88,6 +89,7 @@ class ActorCritic(nn.Module):
         normalize_obs: bool = False,
         normalize_returns: bool = False,
         normalize_pixels: bool = False,
+        init_scheme: str = "ppo",
     ) -> None:
         super().__init__()
         self.obs_specs = spaces.observation_specs(obs_space)
@@ -113,6 +115,7 @@ class ActorCritic(nn.Module):
         self.value_head = nn.Linear(critic_out, 1)
         nn.init.orthogonal_(self.value_head.weight, gain=VALUE_HEAD_GAIN)
         nn.init.zeros_(self.value_head.bias)
+        apply_init_scheme(self, init_scheme)
 
         self._actor_state_size = self.actor_core.state_size
         critic_state = 0 if self.critic_core is None else self.critic_core.state_size

@@ -44,6 +44,7 @@ def make_actor_critic(
         normalize_obs=cfg.normalize_obs,
         normalize_returns=cfg.normalize_returns,
         normalize_pixels=cfg.normalize_pixels,
+        init_scheme=cfg.init_scheme,
     )
 
 
