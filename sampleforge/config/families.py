@@ -86,9 +86,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # frames and 8.6-10.6 min; seeds 1-3 to 10M frames: 285.5, 121.9, 247.7 in 34-40 min,
     # where 2 epochs made 124.5-161.4 in 51-57 min (docs/benchmarks.md).
     # Sample Factory's initialisation (`init_scheme` unit: orthogonal gain 1 everywhere, so the
-    # first policy is far from uniform) instead of CleanRL's (2026-11-26, seed 2): 10 at 0.57M
-    # frames, 20 at 1.30M, 25 at 1.87M, against 0.81M-0.99M, 1.55M-1.70M and 2.35M; Sample
-    # Factory's own seeds 1-2 on this machine: 0.47M/0.43M, 1.31M/1.50M and 2.0M/1.82M.
+    # first policy is far from uniform) instead of CleanRL's (2026-11-27, seeds 1-3): 10 at
+    # 0.57M-0.93M frames, 20 at 1.02M, 1.30M and 1.93M, 25 at 1.60M-1.87M (seeds 1-2), against
+    # 0.81M-1.01M, 1.55M-1.79M and 2.24M-2.52M; Sample Factory's own seeds 1-2 on 2 cores:
+    # 0.47M/0.43M, 1.31M/1.50M and 2.0M/1.82M. Not yet measured with it: the 10M-frame runs.
     "atari": {
         "rollout": 128,
         "batch_size": 256,

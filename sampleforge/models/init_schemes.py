@@ -3,7 +3,8 @@
 - ``ppo``: orthogonal weights with gain sqrt(2) for hidden layers, 0.01 for the policy head
   (an almost uniform first policy) and 1 for the value head, zero biases (Andrychowicz et al.
   2021, "What matters in on-policy RL"; CleanRL's PPO scripts). The layers set these themselves
-  as they are built, so this scheme changes nothing afterwards.
+  as they are built (the resnet encoder's convolutions keep PyTorch's default), so this scheme
+  changes nothing afterwards.
 - ``unit``: orthogonal weights with gain 1 for every linear and conv layer, zero biases: Sample
   Factory's default (``policy_initialization=orthogonal``, ``policy_init_gain=1``). The first
   policy is far from uniform, and on Breakout it learns in fewer frames (docs/benchmarks.md).
