@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from sampleforge.models.init_schemes import orthogonal_init
 from sampleforge.spaces import action_spec, categorical_sizes
 
 POLICY_HEAD_GAIN = 0.01
@@ -31,8 +32,7 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 def _init_policy_linear(layer: nn.Linear) -> None:
     # A small gain makes the initial policy close to uniform / zero-mean, which aids exploration.
-    nn.init.orthogonal_(layer.weight, gain=POLICY_HEAD_GAIN)
-    nn.init.zeros_(layer.bias)
+    orthogonal_init(layer, POLICY_HEAD_GAIN)
 
 
 class MultiCategoricalDistribution:

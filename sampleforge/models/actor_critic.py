@@ -26,7 +26,7 @@ from sampleforge import spaces
 from sampleforge.models.action_heads import make_action_head
 from sampleforge.models.cores import Core, make_core
 from sampleforge.models.encoders import Encoder, make_encoder
-from sampleforge.models.init_schemes import apply_init_scheme
+from sampleforge.models.init_schemes import apply_init_scheme, orthogonal_init
 from sampleforge.models.normalizer import RunningMeanStd
 
 VALUE_HEAD_GAIN = 1.0
@@ -113,8 +113,7 @@ class ActorCritic(nn.Module):
         self.action_head = make_action_head(action_space, self.actor_core.out_size)
         critic_out = (self.critic_core or self.actor_core).out_size
         self.value_head = nn.Linear(critic_out, 1)
-        nn.init.orthogonal_(self.value_head.weight, gain=VALUE_HEAD_GAIN)
-        nn.init.zeros_(self.value_head.bias)
+        orthogonal_init(self.value_head, VALUE_HEAD_GAIN)
         apply_init_scheme(self, init_scheme)
 
         self._actor_state_size = self.actor_core.state_size

@@ -30,6 +30,7 @@ from typing import cast
 import torch
 from torch import nn
 
+from sampleforge.models.init_schemes import orthogonal_init
 from sampleforge.models.registry import EncoderSettings, _register, build_encoder
 from sampleforge.spaces import TensorSpec
 
@@ -68,13 +69,6 @@ def make_activation(name: str) -> nn.Module:
         ) from None
 
 
-def _orthogonal_init(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
-    # Orthogonal weights keep activations well-scaled at init; zero bias avoids an initial skew.
-    nn.init.orthogonal_(layer.weight, gain=gain)
-    if layer.bias is not None:
-        nn.init.zeros_(layer.bias)
-
-
 def is_image_spec(spec: TensorSpec) -> bool:
     """True for uint8 3-D observations (the ones the conv encoder handles)."""
     return spec.dtype == torch.uint8 and len(spec.shape) == 3
@@ -111,7 +105,7 @@ class MlpEncoder(Encoder):
         size = int(in_dim)
         for hidden in hidden_sizes:
             linear = nn.Linear(size, int(hidden))
-            _orthogonal_init(linear, _HIDDEN_GAIN)
+            orthogonal_init(linear, _HIDDEN_GAIN)
             layers += [linear, make_activation(activation)]
             size = int(hidden)
         self.net = nn.Sequential(*layers)
@@ -154,7 +148,7 @@ class ConvEncoder(Encoder):
         layers: list[nn.Module] = []
         for out_ch, kernel, stride in _CONV_LAYERS[architecture]:
             conv = nn.Conv2d(channels, out_ch, kernel_size=kernel, stride=stride)
-            _orthogonal_init(conv, _HIDDEN_GAIN)
+            orthogonal_init(conv, _HIDDEN_GAIN)
             layers += [conv, make_activation(activation)]
             channels = out_ch
             height, width = _conv_out(height, kernel, stride), _conv_out(width, kernel, stride)
@@ -165,7 +159,7 @@ class ConvEncoder(Encoder):
             )
         self.convs = nn.Sequential(*layers)
         fc = nn.Linear(channels * height * width, int(fc_size))
-        _orthogonal_init(fc, _HIDDEN_GAIN)
+        orthogonal_init(fc, _HIDDEN_GAIN)
         self.fc = nn.Sequential(fc, make_activation(activation))
         self.out_size = int(fc_size)
         self.chunk_size = max(1, _CONV_CHUNK_BYTES // (4 * _flat_size(self.obs_shape)))
@@ -273,7 +267,7 @@ class ResnetEncoder(Encoder):
             height, width = (height + 1) // 2, (width + 1) // 2
         self.stages = nn.Sequential(*stages)
         fc = nn.Linear(in_channels * height * width, int(fc_size))
-        _orthogonal_init(fc, _HIDDEN_GAIN)
+        orthogonal_init(fc, _HIDDEN_GAIN)
         self.fc = fc
         self.out_size = int(fc_size)
         # On the CPU, batches run in chunks whose activations each stay under the same bound
@@ -348,7 +342,7 @@ class MultiInputEncoder(Encoder):
         if out_size is None:
             out_size = _CONV_FC_SIZE if self.image_keys or self.mlp is None else self.mlp.out_size
         linear = nn.Linear(concat_size, int(out_size))
-        _orthogonal_init(linear, _HIDDEN_GAIN)
+        orthogonal_init(linear, _HIDDEN_GAIN)
         self.head = nn.Sequential(linear, make_activation(activation))
         self.out_size = int(out_size)
 

@@ -21,6 +21,13 @@ from torch import nn
 INIT_SCHEMES = ("ppo", "unit")
 
 
+def orthogonal_init(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
+    """Orthogonal weights of `gain` (activations stay well-scaled) and zero biases (no skew)."""
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    if layer.bias is not None:
+        nn.init.zeros_(layer.bias)
+
+
 def apply_init_scheme(model: nn.Module, scheme: str) -> None:
     """Re-initialise the freshly built `model` as `scheme` (one of INIT_SCHEMES) says."""
     if scheme not in INIT_SCHEMES:
@@ -28,6 +35,4 @@ def apply_init_scheme(model: nn.Module, scheme: str) -> None:
     if scheme == "unit":
         for layer in model.modules():
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
-                nn.init.orthogonal_(layer.weight, gain=1.0)
-                if layer.bias is not None:
-                    nn.init.zeros_(layer.bias)
+                orthogonal_init(layer, gain=1.0)
