@@ -96,13 +96,14 @@ class SharedPolicyWeights:
         return have_version
 
     def release_shared(self) -> None:
-        """Let go of the shared tensors in this process: its component is done with them.
+        """Let go of the shared tensors in this process: it is done with them.
 
-        On CUDA they are the runner's, mapped here through IPC, and the runner can free them
-        only once every process has let go; it warns at exit otherwise ("Producer process has
-        been terminated before all shared CUDA tensors released"). Explicit, because whatever
-        still refers to this object when the process ends would keep the mapping alive.
-        Component processes call it on exit (`comms.component_process`).
+        On CUDA they are the runner's, mapped into the components through IPC, and torch
+        warns at the runner's exit ("Producer process has been terminated before all shared
+        CUDA tensors released") unless every component let go first and then the runner
+        freed its own. Explicit, because whatever still refers to this object when a process
+        ends would keep the tensors alive. Component processes call it on exit
+        (`comms.component_process`), the runner at close (`Wiring.release_shared_tensors`).
         """
         self.flat = self.flat.new_empty(0)
         self.exact = self.exact.new_empty(0)

@@ -232,6 +232,7 @@ class Runner:
             self.supervisor.stop_all(STOP_TIMEOUT_SEC)
         finally:
             self.writer.close()
+            self.wiring.release_shared_tensors()
 
     def _kill_all(self) -> None:
         if self.started:

@@ -35,6 +35,7 @@ from sampleforge.buffers.trajectory_buffer import (
     slots_needed,
 )
 from sampleforge.checkpoint.experiment_dir import ExperimentDir
+from sampleforge.comms.component_process import releasables_in
 from sampleforge.comms.doorbell_queue import DoorbellQueue
 from sampleforge.comms.hosts import ComponentSpec
 from sampleforge.comms.messages import LoadWeights, Pause, Resume
@@ -105,6 +106,17 @@ class Wiring:
                     pid,
                     queue_name,
                 )
+
+    def release_shared_tensors(self) -> None:
+        """Let go of the policy weights this process made and shared: the run is over.
+
+        On CUDA the runner is their producer, and torch warns at its exit ("Producer process
+        has been terminated before all shared CUDA tensors released") while any CUDA tensor
+        it shared is still allocated, even once every reader has let go. Call it after the
+        components have stopped: a reader still mapping one keeps it in torch's limbo.
+        """
+        for shared in releasables_in(self):
+            shared.release_shared()
 
     def send_weights_to_learner(self, policy_id: int, model: torch.nn.Module) -> None:
         """Hand `model`'s weights to `policy_id`'s learner (Python API, between `train` calls):

@@ -26,11 +26,11 @@ SMALL = [
 ]
 
 
-@pytest.mark.timeout(300)
 def _bench_folders() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("sampleforge_bench_*"))
 
 
+@pytest.mark.timeout(300)
 def test_bench_prints_the_three_measurements_and_their_ratios(capsys):
     before = _bench_folders()
     assert main(["bench", *SMALL, "--json"]) == 0

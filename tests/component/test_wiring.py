@@ -257,3 +257,13 @@ def test_queues_names_every_queue_once(population, tmp_path):
         for w, inboxes in enumerate(wiring.rollout_inboxes):
             for g, q in enumerate(inboxes):
                 assert queues[f"rollout_{w}_{g}"] is q
+
+
+def test_releasing_the_shared_tensors_empties_every_policys_weights(population):
+    # The runner calls it at close: on CUDA it produced these tensors, and torch warns at its
+    # exit about any it shared that is still allocated.
+    _, _, _, wiring = population
+    shared = [*wiring.weights.values(), *wiring.incoming_weights.values()]
+    assert len(shared) == 3 + 2 and all(w.flat.numel() > 0 for w in shared)
+    wiring.release_shared_tensors()
+    assert all(w.flat.numel() == w.exact.numel() == 0 for w in shared)

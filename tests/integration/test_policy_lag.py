@@ -49,7 +49,7 @@ def _run(tmp_path, lead):
         # Dropping starts just past the bound back-pressure keeps to: a sample dropped means
         # the bound failed (below it, a sample the gate allowed would be dropped).
         max_policy_lag=_lag_bound(lead),
-        train_for_env_steps=150_000,
+        train_for_env_steps=100_000,
         stop_at_mean_return=float("inf"),
         report_every_sec=1,
         tensorboard=False,

@@ -117,17 +117,20 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, 
         resumed.start()
         assert resumed.progress.env_steps[0] == env_steps
         assert resumed.progress.policy_version[0] == version
+    # Closing let go of the weights the runner shared (on CUDA torch warns at exit otherwise).
+    assert resumed.wiring.weights[0].flat.numel() == 0
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigint_at_random_moments(tmp_path):
-    """Ten interruptions at random times of the same experiment, start-up included."""
+    """Six interruptions at random times of the same experiment, start-up included (ten
+    until 2026-11-27: 88 s of the suite on a slow 2-core machine)."""
     rng = random.Random(1234)
     shm_before = set(os.listdir("/dev/shm"))
     checkpoints = tmp_path / "rnd" / "checkpoints" / "p0"
     previous = None
-    for attempt in range(10):
+    for attempt in range(6):
         proc = _start(tmp_path, "rnd")
         time.sleep(rng.uniform(0.2, 6.0))
         children = descendants(proc.pid)
@@ -150,15 +153,12 @@ IPC_WARNING = "shared CUDA tensors released"  # torch's "Producer process has be
 @pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.timeout(180)
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: still warns on an H100 and an H200 (2026-11-26) although every "
-    "component releases the weights it mapped; the other shared CUDA tensor is not found yet",
-)
 @pytest.mark.parametrize("ending", ["budget", "sigint"])
 def test_cuda_run_ends_without_ipc_warning(tmp_path, ending):
     # The runner makes the CUDA weights the learner and inference workers map through IPC:
-    # each component must let go of them before it exits, or the runner warns at its own exit.
+    # each component lets go of them before it exits, then the runner frees its own at close;
+    # torch warns at the runner's exit otherwise. (It warned while the runner kept its own,
+    # on an H100 and an H200, 2026-11-26/27; the release at close is not yet run on a GPU.)
     budget = 30_000 if ending == "budget" else 100_000_000
     proc = _start(tmp_path, "cuda", device="cuda", env_steps=budget)
     if ending == "sigint":
