@@ -312,9 +312,10 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
 
 
 def _tree_memory_mb(root: int) -> float:
-    """Proportional set size of `root` and its children: shared memory counted once."""
+    """Proportional set size of `root` and everything below it (the components are the fork
+    server's children, not the runner's): shared memory counted once."""
     total = 0.0
-    for pid in [root] + _children(root):
+    for pid in _tree(root):
         try:
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
@@ -324,8 +325,18 @@ def _tree_memory_mb(root: int) -> float:
     return total
 
 
-def _children(root: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{root}/task/{root}/children").read_text().split()]
-    except OSError:
-        return []
+def _tree(root: int) -> list[int]:
+    found, frontier = [], [root]
+    while frontier:
+        pid = frontier.pop()
+        found.append(pid)
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:  # any thread may have started a child
+            try:
+                frontier.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
+    return found

@@ -7,17 +7,22 @@ exits non-zero: failures always reach the runner, they are never only logged.
 
 Children ignore SIGINT (Ctrl-C reaches the whole process group; the runner alone decides how
 to shut down) and ask the kernel to kill them if the runner dies (Linux parent-death signal).
+A child forked from the fork server (`hosts.py`) is the server's child: the server exits when
+the runner does, and the signal then reaches the child.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from collections.abc import Iterator
+from multiprocessing import forkserver, reduction
 from typing import Any, Callable, Protocol
 
 from faster_fifo import Queue
@@ -109,19 +114,66 @@ def _contents(value: Any, *, into_dataclasses: bool) -> Iterator[Any]:
         stack.extend(reversed(children))
 
 
+class InheritedState:
+    """What a child takes from the runner as it starts: environment variables, stdout and
+    stderr. A spawned child inherits them anyway; one forked from the fork server would have
+    the server's, from when the server started, so these travel with its arguments and
+    `apply()` puts them in place."""
+
+    def __init__(self, environment: dict[str, str] | None = None, stdio: list | None = None):
+        self.environment = dict(os.environ) if environment is None else environment
+        self._stdio = stdio or []
+
+    def __reduce__(self):
+        # Runs while the child is being started, where `DupFd` sends the descriptors along.
+        return (InheritedState, (self.environment, [reduction.DupFd(fd) for fd in (1, 2)]))
+
+    def apply(self) -> None:
+        """In the child: the runner's environment, and its stdout and stderr on fds 1 and 2."""
+        os.environ.clear()
+        os.environ.update(self.environment)
+        tempfile.tempdir = None  # read again from TMPDIR when next asked
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for target, duplicate in zip((1, 2), self._stdio):
+            fd = duplicate.detach()
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
+
+
+def _let_the_fork_server_go() -> None:
+    """A child forked from the fork server holds the server's "alive" pipe, which the server
+    watches to exit once its clients have. Only the runner keeps it: the server then exits
+    with the runner, and the parent-death signal reaches this child."""
+    server = forkserver._forkserver
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None and multiprocessing.parent_process() is not None:
+        os.close(fd)
+        setattr(server, "_forkserver_alive_fd", None)  # noqa: B010 - not in typeshed
+
+
+def _runner_alive() -> bool:
+    parent = multiprocessing.parent_process()  # the runner, also for a fork-server child
+    return parent is None or parent.is_alive()
+
+
 def component_main(
     name: str,
     build: Callable[..., Component],
     kwargs: dict[str, Any],
     report_queue,
-    parent_pid: int,
     torch_threads: int = 1,
+    inherited: InheritedState | None = None,
 ) -> None:
     """Entry point of a component process: build, poll until stopped, report everything."""
+    if inherited is not None:
+        inherited.apply()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
+    _let_the_fork_server_go()
     _name_process(name)
-    if os.getppid() != parent_pid:  # the runner died before we could arm the signal
+    if not _runner_alive():  # the runner died before we could arm the signal
         os._exit(1)
     import torch
 

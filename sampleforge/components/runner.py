@@ -57,6 +57,9 @@ from sampleforge.telemetry.wandb_sink import wandb_problem
 
 log = logging.getLogger(__name__)
 
+# What every component process needs, imported once by the host's fork server (comms/hosts.py).
+COMPONENT_MODULES = ("torch", "gymnasium", "sampleforge.components.wiring")
+
 START_TIMEOUT_SEC = 120.0
 # A rollout worker builds its envs one after another before it reports started: an ALE env
 # takes about 0.1 s to make and reset, so 1,024 envs in one worker take close to two minutes.
@@ -123,7 +126,11 @@ class Runner:
         self.host = (
             InlineHost(self.wiring.report_queue)
             if self.cfg.serial_mode
-            else ProcessHost(self.wiring.report_queue, on_exit=self.wiring.release_locks_held_by)
+            else ProcessHost(
+                self.wiring.report_queue,
+                on_exit=self.wiring.release_locks_held_by,
+                preload=COMPONENT_MODULES,
+            )
         )
         self.supervisor = Supervisor(
             cfg=self.cfg, host=self.host, wiring=self.wiring, is_training=lambda: self._training

@@ -1,6 +1,8 @@
 """ProcessHost (comms/hosts.py): what child processes start with."""
 
 import os
+import sys
+from multiprocessing import forkserver
 
 import pytest
 
@@ -9,12 +11,14 @@ from sampleforge.comms.queues import make_queue
 
 
 class _ReportEnvironment:
-    """A component that reports the variables it started with, then stops."""
+    """A component that reports the variables it started with (and its parent's pid under
+    "ppid"), writes `say` to its stderr, then stops."""
 
-    def __init__(self, keys, out):
+    def __init__(self, keys, out, say=""):
         self.name = "probe"
         self.running = True
-        out.put({key: os.environ.get(key) for key in keys})
+        print(say, file=sys.stderr, flush=True)
+        out.put({key: os.environ.get(key) for key in keys} | {"ppid": os.getppid()})
 
     def poll(self, timeout):
         self.running = False
@@ -23,24 +27,33 @@ class _ReportEnvironment:
         pass
 
 
-def _child_sees(keys):
+def _child_sees(keys, say=""):
+    """Start the probe; returns what it saw and whether it was forked from the fork server
+    (else it was spawned, as our own child)."""
     reports, out = make_queue(), make_queue()
     host = ProcessHost(reports)
-    host.start(
-        ComponentSpec(
-            "probe", _ReportEnvironment, {"keys": keys, "out": out}, control_queue=make_queue()
-        )
-    )
+    kwargs = {"keys": keys, "out": out, "say": say}
+    host.start(ComponentSpec("probe", _ReportEnvironment, kwargs, control_queue=make_queue()))
     try:
-        return out.get(timeout=60)
+        seen = out.get(timeout=60)
     finally:
         assert host.join_all(30) == []
+    parent = seen.pop("ppid")
+    assert parent in (os.getpid(), forkserver._forkserver._forkserver_pid)
+    return seen, parent != os.getpid()
+
+
+@pytest.fixture(scope="module")
+def fork_server():
+    """The fork server, started before any test's own output capture (and with the
+    environment as it is here)."""
+    _child_sees([])
 
 
 @pytest.mark.timeout(120)
 def test_children_start_with_openmp_threads_that_sleep_instead_of_spinning(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    assert _child_sees(["OMP_WAIT_POLICY"]) == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert _child_sees(["OMP_WAIT_POLICY"])[0] == {"OMP_WAIT_POLICY": "PASSIVE"}
     assert "OMP_WAIT_POLICY" not in os.environ  # the caller's environment is left as it was
     assert set(CHILD_ENVIRONMENT) == {"OMP_WAIT_POLICY"}
 
@@ -48,8 +61,32 @@ def test_children_start_with_openmp_threads_that_sleep_instead_of_spinning(monke
 @pytest.mark.timeout(120)
 def test_a_users_own_setting_wins(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
-    assert _child_sees(["OMP_WAIT_POLICY"]) == {"OMP_WAIT_POLICY": "ACTIVE"}
+    assert _child_sees(["OMP_WAIT_POLICY"])[0] == {"OMP_WAIT_POLICY": "ACTIVE"}
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
+@pytest.mark.timeout(120)
+def test_a_forked_child_gets_the_callers_environment_and_stderr_as_they_are_now(
+    fork_server, monkeypatch, capfd
+):
+    # The server was started before this test set the variable and captured stderr: a child
+    # with the server's own would see neither.
+    monkeypatch.setenv("SAMPLEFORGE_PROBE", "set after the server started")
+    seen, forked = _child_sees(["SAMPLEFORGE_PROBE"], say="probe on stderr")
+    assert forked
+    assert seen == {"SAMPLEFORGE_PROBE": "set after the server started"}
+    assert "probe on stderr" in capfd.readouterr().err
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
+@pytest.mark.timeout(120)
+def test_a_child_whose_openmp_settings_differ_from_the_servers_is_spawned(fork_server, monkeypatch):
+    # OpenMP read them when the server loaded torch: a forked child could not change them.
+    monkeypatch.setenv("OMP_NUM_THREADS", str(os.getpid()))  # surely not the server's
+    seen, forked = _child_sees(["OMP_NUM_THREADS"])
+    assert not forked
+    assert seen == {"OMP_NUM_THREADS": str(os.getpid())}
 
 
 _STDIN_SCRIPT = """
@@ -86,3 +123,12 @@ def test_a_script_file_can_spawn():
     from sampleforge.comms.hosts import spawn_problem
 
     assert spawn_problem() is None  # pytest's own __main__ is a real file
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
+@pytest.mark.timeout(120)
+def test_a_child_with_more_descriptors_than_the_server_takes_is_spawned(fork_server, monkeypatch):
+    monkeypatch.setattr(forkserver, "MAXFDS_TO_SEND", 8)  # a probe passes more than 4
+    seen, forked = _child_sees(["HOME"])
+    assert not forked
+    assert seen == {"HOME": os.environ.get("HOME")}
