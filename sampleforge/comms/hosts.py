@@ -47,7 +47,7 @@ CHILD_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 # Variables a library reads once, when it loads. Children forked from the fork server loaded
 # torch (and its OpenMP) there, with the server's values: a child whose values differ is spawned.
-LOAD_TIME_VARIABLE_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "LD_")
+LOAD_TIME_VARIABLE_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
 
 
 @contextmanager

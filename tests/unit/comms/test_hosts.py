@@ -43,6 +43,12 @@ def _child_sees(keys, say=""):
     return seen, parent != os.getpid()
 
 
+def _load_time_variables_now():
+    from sampleforge.comms import hosts
+
+    return hosts._load_time_variables(), hosts._fork_server_variables()
+
+
 @pytest.fixture(scope="module")
 def fork_server():
     """The fork server, started before any test's own output capture (and with the
@@ -74,7 +80,7 @@ def test_a_forked_child_gets_the_callers_environment_and_stderr_as_they_are_now(
     # with the server's own would see neither.
     monkeypatch.setenv("SAMPLEFORGE_PROBE", "set after the server started")
     seen, forked = _child_sees(["SAMPLEFORGE_PROBE"], say="probe on stderr")
-    assert forked
+    assert forked, f"spawned; variables now and the server's: {_load_time_variables_now()}"
     assert seen == {"SAMPLEFORGE_PROBE": "set after the server started"}
     assert "probe on stderr" in capfd.readouterr().err
 
