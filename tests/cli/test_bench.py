@@ -10,6 +10,10 @@ import pytest
 
 from sampleforge.cli.main import main
 
+pytestmark = (
+    pytest.mark.exclusive
+)  # the bench measures throughput and withholds its ratios on a loaded machine
+
 SMALL = [
     "--env",
     "CartPole-v1",

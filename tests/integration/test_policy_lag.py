@@ -16,6 +16,10 @@ from sampleforge.components.runner import Runner
 from sampleforge.components.sampling_gate import measured_lead_bound
 from sampleforge.config import make_config
 
+pytestmark = (
+    pytest.mark.exclusive
+)  # a deliberately slow learner against sampling speed: the lag bounds assume an unshared machine
+
 EPOCHS, MINIBATCHES = 4, 2
 STEPS_PER_DATASET = EPOCHS * MINIBATCHES
 

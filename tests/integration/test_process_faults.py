@@ -46,10 +46,13 @@ FUTEX = {"x86_64": 202, "aarch64": 98}.get(platform.machine())
 FUTEX_WAIT_BITSET = 9  # what glibc's pthread_cond_(timed)wait sleeps in
 NOT_SAFE_TO_DIE_IN = ("faster_fifo", "libc.so", "libc-", "ld-linux", "libpthread")
 
-pytestmark = pytest.mark.skipif(
-    FUTEX is None or not Path(f"/proc/{os.getpid()}/syscall").exists(),
-    reason="needs Linux /proc/<pid>/syscall on x86_64 or aarch64",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        FUTEX is None or not Path(f"/proc/{os.getpid()}/syscall").exists(),
+        reason="needs Linux /proc/<pid>/syscall on x86_64 or aarch64",
+    ),
+    pytest.mark.exclusive,  # deaths must be noticed within wall-clock bounds
+]
 
 
 def _cfg(tmp_path, **overrides):

@@ -25,6 +25,8 @@ from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 from sampleforge.testing.processes import descendants, is_alive
 
+pytestmark = pytest.mark.exclusive  # wall-clock bounds on shutdown, and /dev/shm checked as a whole
+
 
 def _rows(csv: Path) -> int:
     return len(csv.read_text().splitlines()) - 1 if csv.exists() else 0

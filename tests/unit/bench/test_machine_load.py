@@ -4,7 +4,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from sampleforge.bench.machine_load import MachineLoad, runnable_tasks
+
+pytestmark = pytest.mark.exclusive  # it measures the machine's load
 
 
 def _measure(seconds: float) -> float:

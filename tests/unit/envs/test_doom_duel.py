@@ -225,6 +225,7 @@ def test_contract_over_matches_with_random_actions_then_nothing_left(duel_root: 
 
 
 @needs_vizdoom
+@pytest.mark.exclusive  # a wall-clock bound on the connection timeout
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("failure", ["joiner_on_wrong_port", "tiny_timeout"])
 def test_failed_connection_raises_a_clear_error_and_leaves_nothing(
