@@ -216,7 +216,7 @@ def _load_time_variables() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(LOAD_TIME_VARIABLE_PREFIXES)}
 
 
-# The load-time variables each fork server started with (one server per process and preload).
+# The load-time variables the fork server started with, by its pid (a restarted one has a new pid).
 _fork_server_started_with: dict[int | None, dict[str, str]] = {}
 
 
