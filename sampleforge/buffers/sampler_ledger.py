@@ -1,8 +1,9 @@
 """Shared bookkeeping of trajectory slots and rollout workers, read by learners and the supervisor.
 
-- `slot_owners[slot]`: the rollout worker filling that slot, or -1. A worker writes its index
-  when it takes a slot and -1 when it hands the slot to the learners, so the slots of a worker
-  that died can be given back, and its partial trajectories never reach a learner.
+- `slot_owners[slot]`: the rollout worker filling that slot; `HANDED_OVER` (-2) once that
+  worker has handed it to the learners; `FREE` (-1) from when it is given back to the free
+  queue until a worker takes it. The slots of a worker that died can so be given back, and its
+  partial trajectories never reach a learner.
 - `slot_readers[slot, policy]`: 1 while that policy's learner still has to copy its rows of a
   finished slot (several policies may have acted in one slot). Each learner clears only its own
   entry; the slot's designated returner (the reader with the lowest policy id) gives the slot
@@ -20,7 +21,9 @@
   each. This back-pressure is what bounds policy lag when the learner is the slow part.
 
 Plain tensors in shared memory, each entry with a single writer at any time, so no locks (a
-named semaphore would also outlive a killed run in /dev/shm).
+named semaphore would also outlive a killed run in /dev/shm). `SlotPool` adds one file lock
+around the moves between the free queue and `slot_owners`, so that a slot a killed worker
+was moving can be found.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ import time
 
 import torch
 
+FREE = -1
+HANDED_OVER = -2
+
 
 class SamplerLedger:
     """Slot ownership and readers, worker generations and heartbeats in shared memory."""
 
     def __init__(self, num_workers: int, num_slots: int, num_policies: int = 1):
-        self.slot_owners = torch.full((num_slots,), -1, dtype=torch.int64).share_memory_()
+        self.slot_owners = torch.full((num_slots,), FREE, dtype=torch.int64).share_memory_()
         self.slot_readers = torch.zeros(num_slots, num_policies, dtype=torch.int8).share_memory_()
         self.generations = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.heartbeats = torch.zeros(num_workers, dtype=torch.float64).share_memory_()
@@ -76,7 +82,11 @@ class SamplerLedger:
         self._np("slot_owners")[slot] = worker
 
     def release(self, slot: int) -> None:
-        self._np("slot_owners")[slot] = -1
+        self._np("slot_owners")[slot] = FREE
+
+    def free_slots(self) -> list[int]:
+        """Slots on the free queue, or on their way there or off it."""
+        return (self.slot_owners == FREE).nonzero().flatten().tolist()
 
     def hand_over(self, slot: int, readers: list[int]) -> None:
         """A worker finished `slot`: the learners of `readers` will copy from it. Called before
@@ -84,7 +94,7 @@ class SamplerLedger:
         flags = self._np("slot_readers")
         flags[slot] = 0
         flags[slot, readers] = 1
-        self._np("slot_owners")[slot] = -1
+        self._np("slot_owners")[slot] = HANDED_OVER
 
     def reader_done(self, slot: int, policy: int) -> None:
         """`policy`'s learner copied its rows of `slot`."""

@@ -240,6 +240,7 @@ class Runner:
         finally:
             self.writer.close()
             self.wiring.release_shared_tensors()
+            self.wiring.slots.close()
 
     def _kill_all(self) -> None:
         if self.started:

@@ -63,7 +63,7 @@ class Neighbours:
             weights=self.weights,
             incoming_weights=SharedPolicyWeights(model_numel(model)),
             inbox=self.inbox,
-            slots=SlotPool(self.ledger, self.free),
+            slots=SlotPool.create(self.ledger, self.free),
             report_queue=self.reports,
         )
         self.worker = LearnerWorker(

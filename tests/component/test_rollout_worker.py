@@ -71,7 +71,7 @@ def _setup(rollout=4, rnn_size=3, num_slots=6):
         inbox=queues["inbox"],
         inference_queues={0: queues["inference"]},
         learner_queues={0: queues["learner"]},
-        slots=SlotPool(ledger, queues["free"]),
+        slots=SlotPool.create(ledger, queues["free"]),
         ledger=ledger,
         report_queue=queues["report"],
     )

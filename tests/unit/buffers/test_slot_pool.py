@@ -1,6 +1,8 @@
 """SlotPool: each invariant of its module docstring, one test each (numbered as there)."""
 
 import multiprocessing
+import os
+import threading
 
 import pytest
 
@@ -88,6 +90,73 @@ def test_5_no_slot_while_the_learners_have_enough_on_their_way(pool):
     assert pool.acquire(worker=1) is None  # still on its way until copied
     pool.copied(first, policy=0)
     assert pool.acquire(worker=1) is not None
+
+
+def _die_between_taking_and_recording(pool: SlotPool) -> None:
+    """What a rollout worker killed inside `acquire` leaves: a slot off the free queue, not
+    recorded as its own (the lock it held dies with it)."""
+    with pool._moving():
+        pool.free_queue.get(block=False)
+        os._exit(0)
+
+
+def test_4_reclaim_recovers_a_slot_taken_off_the_queue_but_not_recorded(pool):
+    mine = pool.acquire(worker=0)
+    process = multiprocessing.get_context("spawn").Process(
+        target=_die_between_taking_and_recording, args=(pool,)
+    )
+    process.start()
+    process.join(60)
+    assert process.exitcode == 0
+    (lost,) = set(range(SLOTS)) - set(_free(pool)) - {mine}  # in nobody's hands
+    assert sorted(pool.reclaim(worker=0)) == sorted([mine, lost])
+    free, filling, handed_over = _states(pool)
+    assert sorted(free) == list(range(SLOTS)) and not filling and not handed_over
+
+
+def _take_slowly(pool: SlotPool, got, go) -> None:
+    """A live worker in the middle of an acquire while another worker is reclaimed."""
+    with pool._moving():
+        slot = pool.free_queue.get(block=False)
+        got.set()
+        go.wait(60)
+        pool.ledger.take(slot, 1)
+
+
+def test_4_reclaim_waits_for_a_live_worker_halfway_through_an_acquire(pool):
+    context = multiprocessing.get_context("spawn")
+    got, go = context.Event(), context.Event()
+    process = context.Process(target=_take_slowly, args=(pool, got, go))
+    process.start()
+    assert got.wait(60)
+    reclaimed: list[list[int]] = []
+    reclaiming = threading.Thread(target=lambda: reclaimed.append(pool.reclaim(worker=0)))
+    reclaiming.start()
+    reclaiming.join(0.5)
+    assert reclaiming.is_alive()  # it waits for the acquire to finish
+    go.set()
+    reclaiming.join(60)
+    process.join(60)
+    assert reclaimed == [[]]  # the slot in the live worker's hands was not counted lost
+    free, filling, _ = _states(pool)
+    assert sorted(free + list(filling)) == list(range(SLOTS)) and list(filling.values()) == [1]
+
+
+def test_4_reclaim_gives_back_nothing_twice(pool):
+    """Slots on their way back to the queue are not counted lost."""
+    slot = pool.acquire(worker=0)
+    pool.hand_over(slot, readers=[0])
+    pool.copied(slot, policy=0)
+    assert pool.reclaim(worker=1) == []
+    assert pool.release_copied([slot]) == []
+    assert sorted(_free(pool)) == list(range(SLOTS))
+
+
+def test_the_lock_file_goes_with_the_pool():
+    pool = SlotPool.create(SamplerLedger(num_workers=1, num_slots=2))
+    assert os.path.exists(pool.lock_path)
+    pool.close()
+    assert not os.path.exists(pool.lock_path)
 
 
 def _acquire_in_child(pool: SlotPool) -> None:

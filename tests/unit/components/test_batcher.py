@@ -89,7 +89,9 @@ def _check_columns(dataset: Dataset, buffer: SharedTrajectoryBuffer, columns) ->
 
 
 def test_ready_take_and_slot_return(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=5, device=CPU)
+    batcher = Batcher(
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=5, device=CPU
+    )
     assert not batcher.ready()
     batcher.add(_msg(slot=3))
     assert batcher.filled == 3 and not batcher.ready()
@@ -113,7 +115,9 @@ def test_ready_take_and_slot_return(buffer, free_slots, ledger):
 
 
 def test_dataset_is_a_copy_not_a_view_of_the_slot(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=3, device=CPU)
+    batcher = Batcher(
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=3, device=CPU
+    )
     batcher.add(_msg(slot=0))
     expected = buffer.rewards[0].clone()
     buffer.rewards[0].fill_(-5.0)  # a rollout worker reuses the slot
@@ -121,7 +125,9 @@ def test_dataset_is_a_copy_not_a_view_of_the_slot(buffer, free_slots, ledger):
 
 
 def test_consume_keeps_extra_rows_for_next_dataset(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=4, device=CPU)
+    batcher = Batcher(
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=4, device=CPU
+    )
     batcher.add(_msg(slot=2))  # 3 rows
     assert not batcher.ready()
     batcher.add(_msg(slot=0))  # 3 more: 6 >= 4, two rows are extra
@@ -141,7 +147,9 @@ def test_consume_keeps_extra_rows_for_next_dataset(buffer, free_slots, ledger):
 
 
 def test_consume_exact_dataset_leaves_nothing(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=6, device=CPU)
+    batcher = Batcher(
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=6, device=CPU
+    )
     batcher.add(_msg(slot=1))
     batcher.add(_msg(slot=2))
     assert batcher.ready()
@@ -155,7 +163,9 @@ def test_consume_exact_dataset_leaves_nothing(buffer, free_slots, ledger):
 
 def test_many_datasets_in_a_row(buffer, free_slots, ledger):
     """Rows stream through several datasets in exactly their arrival order."""
-    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=5, device=CPU)
+    batcher = Batcher(
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=5, device=CPU
+    )
     arrivals = [(s % SLOTS, 1 + (s % ROWS)) for s in range(12)]
     order = _expected_columns(buffer, arrivals)
     seen = []
@@ -172,7 +182,9 @@ def test_many_datasets_in_a_row(buffer, free_slots, ledger):
 
 
 def test_select_picks_columns(buffer, free_slots, ledger):
-    batcher = Batcher(buffer, SlotPool(ledger, free_slots), dataset_trajectories=6, device=CPU)
+    batcher = Batcher(
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=6, device=CPU
+    )
     batcher.add(_msg(slot=0))
     batcher.add(_msg(slot=3))
     dataset = batcher.take()
@@ -207,10 +219,10 @@ def test_rows_shared_by_policies_keep_only_own_steps_and_the_last_reader_frees_t
     buffer.policy_ids[2, :2, :2] = 1
     ledger.hand_over(2, readers=[0, 1])
     p0 = Batcher(
-        buffer, SlotPool(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=0
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=0
     )
     p1 = Batcher(
-        buffer, SlotPool(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=1
+        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=1
     )
     p0.add(TrajectoryReady(policy_id=0, slot=2, rows=(1, 2), worker=0, returns_slot=True))
     assert receive(free_slots, timeout=0.05) == []  # policy 1 has not copied yet
