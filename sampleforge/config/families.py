@@ -89,9 +89,10 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # first policy is far from uniform) instead of CleanRL's (2026-11-27, seeds 1-3): 10 at
     # 0.57M-0.93M frames, 20 at 1.02M, 1.30M and 1.93M, 25 at 1.60M-1.87M (seeds 1-2), against
     # 0.81M-1.01M, 1.55M-1.79M and 2.24M-2.52M; Sample Factory's own seeds 1-2 on 2 cores:
-    # 0.47M/0.43M, 1.31M/1.50M and 2.0M/1.82M. To 10M frames (seeds 1, 3): 60 at 1.94M and
-    # 2.93M, 100 at 3.62M and 4.09M, against 4.55M-5.27M and 6.17M-8.78M with CleanRL's; at
-    # 10M 263.1 and 185.3, where CleanRL's made 285.5 and 247.7 (docs/benchmarks.md).
+    # 0.47M/0.43M, 1.31M/1.50M and 2.0M/1.82M. To 10M frames (seeds 1-3): 60 at 1.94M, 4.89M
+    # and 2.93M, 100 at 3.62M, 7.00M and 4.09M, against 4.55M-5.27M and 6.17M-8.78M with
+    # CleanRL's; at 10M 263.1, 178.5 and 185.3, where CleanRL's made 285.5, 121.9 and 247.7
+    # (docs/benchmarks.md).
     "atari": {
         "rollout": 128,
         "batch_size": 256,
