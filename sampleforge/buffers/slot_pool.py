@@ -31,10 +31,12 @@ on a shared queue could leave it unusable for everyone.
 Moving slots. Taking a slot off the free queue and recording its owner are two steps, and so
 are marking a slot free and putting it on the queue. A process killed between the two steps of
 an acquire would take a slot out of circulation for good. So every such move holds a shared
-`flock` on the pool's lock file, and `reclaim` holds it exclusively: then no move is half done
-by a live process, the kernel has dropped a dead one's lock, and a slot marked free that is not
-on the queue was lost by the dead worker; `reclaim` puts it back. (An flock, unlike a
-semaphore or a mutex in shared memory, dies with its holder and leaves nothing in /dev/shm.)
+lock on the pool's lock file, and `reclaim` holds it exclusively: then no move is half done by
+a live process, the kernel has dropped a dead one's lock, and a slot marked free that is not on
+the queue was lost by the dead worker; `reclaim` puts it back. The lock is a POSIX record lock
+(`fcntl.lockf`): it dies with its holder, it belongs to a process (so each process holds its
+own through a descriptor it inherited), and the file is unlinked as soon as it is made, so
+nothing is left behind however the run ends.
 
 Must not: know about trajectories' contents, policies' samples or processes.
 """
@@ -43,14 +45,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import tempfile
-import weakref
+import time
 from collections.abc import Iterator
+from multiprocessing.reduction import DupFd
 from queue import Empty
 
 from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.comms.queues import make_queue, receive, send_many
+
+log = logging.getLogger(__name__)
+
+# How long `reclaim` waits for moves in progress. They take microseconds; a live process
+# holding the lock longer is itself stuck, and reclaim must not hang the supervisor with it.
+RECLAIM_LOCK_TIMEOUT_SEC = 2.0
 
 
 class SlotPool:
@@ -59,54 +69,54 @@ class SlotPool:
     Picklable: each process gets its own handle on the same shared ledger, queue and lock file.
     """
 
-    def __init__(self, ledger: SamplerLedger, free_queue, lock_path: str) -> None:
+    def __init__(self, ledger: SamplerLedger, free_queue, lock_fd: int) -> None:
         self.ledger = ledger
         self.free_queue = free_queue
-        self.lock_path = lock_path
-        self._lock_fd: tuple[int, int] | None = None  # (pid, fd): opened once per process
-        self._remove_lock_file: weakref.finalize | None = None  # the creating handle's
+        self._lock_fd = lock_fd  # this process's descriptor of the (unlinked) lock file
 
     @classmethod
     def create(cls, ledger: SamplerLedger, free_queue=None) -> SlotPool:
         """A pool whose every slot is free, on a new queue; or on `free_queue`, where the
-        caller puts the free slots itself. Its lock file is removed by `close`, or when this
-        handle is collected or the process exits."""
-        fd, lock_path = tempfile.mkstemp(prefix="sampleforge-slots-", suffix=".lock")
-        os.close(fd)
-        pool = cls(ledger, make_queue() if free_queue is None else free_queue, lock_path)
-        pool._remove_lock_file = weakref.finalize(pool, _remove, lock_path)
+        caller puts the free slots itself."""
+        lock_fd, path = tempfile.mkstemp(prefix="sampleforge-slots-", suffix=".lock")
+        os.unlink(path)  # only descriptors name it from now on
+        pool = cls(ledger, make_queue() if free_queue is None else free_queue, lock_fd)
         if free_queue is None:
             send_many(pool.free_queue, list(range(ledger.num_slots)))
         return pool
 
     def close(self) -> None:
-        """The run is over: this process lets go of the lock file, and the creating handle
-        removes it."""
-        if self._lock_fd is not None and self._lock_fd[0] == os.getpid():
-            os.close(self._lock_fd[1])
-        self._lock_fd = None
-        if self._remove_lock_file is not None:
-            self._remove_lock_file()
+        """This process is done with the pool: close its descriptor of the lock file."""
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
     def __getstate__(self) -> dict:
-        # Each process opens the lock file itself: an flock belongs to an open file, and one
-        # shared with another process would not keep that process out.
-        return {**self.__dict__, "_lock_fd": None, "_remove_lock_file": None}
+        # The receiving process gets a descriptor of its own (multiprocessing passes it along).
+        return {**self.__dict__, "_lock_fd": DupFd(self._lock_fd)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _lock_fd=state["_lock_fd"].detach())
 
     @contextlib.contextmanager
-    def _moving(self, exclusive: bool = False) -> Iterator[None]:
-        """Hold the lock file while a slot moves between the queue and the ledger."""
-        fd = self._lock()
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    def _moving(self) -> Iterator[None]:
+        """Hold the lock (shared) while a slot moves between the queue and the ledger."""
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_SH)
         try:
             yield
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN)
 
-    def _lock(self) -> int:
-        if self._lock_fd is None or self._lock_fd[0] != os.getpid():
-            self._lock_fd = (os.getpid(), os.open(self.lock_path, os.O_RDWR))
-        return self._lock_fd[1]
+    def _lock_exclusively(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.lockf(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except OSError:  # EAGAIN or EACCES: a move is in progress
+                if time.monotonic() > deadline:
+                    return False
+                time.sleep(0.001)
 
     @property
     def num_slots(self) -> int:
@@ -158,16 +168,22 @@ class SlotPool:
         """Free the slots a dead worker was filling (its partial rollouts never reach a
         learner), and any slot it had taken off the free queue without recording it; returns
         them. Call once the worker is dead."""
-        with self._moving(exclusive=True):
-            slots = self.ledger.slots_of(worker)
+        slots = self.ledger.slots_of(worker)
+        if not self._lock_exclusively(RECLAIM_LOCK_TIMEOUT_SEC):
+            log.warning(
+                "a slot move has held the slot lock for over %.0f s: reclaimed only the "
+                "slots rollout worker %d recorded as its own",
+                RECLAIM_LOCK_TIMEOUT_SEC,
+                worker,
+            )
+            self._give_back(slots)
+            return slots
+        try:
             for slot in slots:
                 self.ledger.release(slot)
             queued = receive(self.free_queue, 0.0)
             lost = sorted(set(self.ledger.free_slots()) - set(queued) - set(slots))
             send_many(self.free_queue, queued + slots + lost)
+        finally:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN)
         return slots + lost
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

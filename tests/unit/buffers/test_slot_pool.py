@@ -1,11 +1,14 @@
 """SlotPool: each invariant of its module docstring, one test each (numbered as there)."""
 
+import glob
 import multiprocessing
 import os
+import tempfile
 import threading
 
 import pytest
 
+from sampleforge.buffers import slot_pool
 from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.comms.queues import receive, send_many
@@ -152,11 +155,37 @@ def test_4_reclaim_gives_back_nothing_twice(pool):
     assert sorted(_free(pool)) == list(range(SLOTS))
 
 
-def test_the_lock_file_goes_with_the_pool():
+def _hold_the_lock(pool: SlotPool, holding, release) -> None:
+    with pool._moving():
+        holding.set()
+        release.wait(60)
+
+
+def test_4_reclaim_does_not_hang_on_a_stuck_move(pool, monkeypatch, caplog):
+    """A live process stuck in the middle of a move: reclaim gives up the count, not the run."""
+    monkeypatch.setattr(slot_pool, "RECLAIM_LOCK_TIMEOUT_SEC", 0.2)
+    mine = pool.acquire(worker=0)
+    context = multiprocessing.get_context("spawn")
+    holding, release = context.Event(), context.Event()
+    process = context.Process(target=_hold_the_lock, args=(pool, holding, release))
+    process.start()
+    try:
+        assert holding.wait(60)
+        assert pool.reclaim(worker=0) == [mine]
+        assert "held the slot lock" in caplog.text
+    finally:
+        release.set()
+        process.join(60)
+    assert sorted(_free(pool)) == list(range(SLOTS))
+
+
+def test_the_lock_file_leaves_nothing_behind():
+    """The file is unlinked at once; processes hold it through their descriptors."""
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "sampleforge-slots-*")))
     pool = SlotPool.create(SamplerLedger(num_workers=1, num_slots=2))
-    assert os.path.exists(pool.lock_path)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "sampleforge-slots-*"))) == before
+    assert pool.acquire(worker=0) is not None  # and it still locks
     pool.close()
-    assert not os.path.exists(pool.lock_path)
 
 
 def _acquire_in_child(pool: SlotPool) -> None:
