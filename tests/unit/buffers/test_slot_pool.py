@@ -185,7 +185,10 @@ def test_the_lock_file_leaves_nothing_behind():
     pool = SlotPool.create(SamplerLedger(num_workers=1, num_slots=2))
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "sampleforge-slots-*"))) == before
     assert pool.acquire(worker=0) is not None  # and it still locks
-    pool.close()
+    fd = pool._lock_fd
+    del pool  # dropped without close: its descriptor goes with it
+    with pytest.raises(OSError):
+        os.fstat(fd)
 
 
 def _acquire_in_child(pool: SlotPool) -> None:
