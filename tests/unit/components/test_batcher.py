@@ -66,6 +66,11 @@ def ledger() -> SamplerLedger:
     return SamplerLedger(num_workers=2, num_slots=SLOTS, num_policies=2)
 
 
+@pytest.fixture
+def slots(ledger, free_slots) -> SlotPool:
+    return SlotPool.create(ledger, free_slots)
+
+
 def _msg(slot: int, rows: int = ROWS) -> TrajectoryReady:
     return TrajectoryReady(
         policy_id=0, slot=slot, rows=None if rows == ROWS else tuple(range(rows)), worker=slot % 2
@@ -88,10 +93,8 @@ def _check_columns(dataset: Dataset, buffer: SharedTrajectoryBuffer, columns) ->
             assert torch.equal(got[:, col], src[slot, :, row]), (name, col, slot, row)
 
 
-def test_ready_take_and_slot_return(buffer, free_slots, ledger):
-    batcher = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=5, device=CPU
-    )
+def test_ready_take_and_slot_return(buffer, slots):
+    batcher = Batcher(buffer, slots, dataset_trajectories=5, device=CPU)
     assert not batcher.ready()
     batcher.add(_msg(slot=3))
     assert batcher.filled == 3 and not batcher.ready()
@@ -111,23 +114,19 @@ def test_ready_take_and_slot_return(buffer, free_slots, ledger):
     _check_columns(dataset, buffer, _expected_columns(buffer, [(3, 3), (1, 2)]))
 
     # slots went back to the free list at once, in the order they were copied
-    assert receive(free_slots, timeout=1.0) == [3, 1]
+    assert receive(slots.free_queue, timeout=1.0) == [3, 1]
 
 
-def test_dataset_is_a_copy_not_a_view_of_the_slot(buffer, free_slots, ledger):
-    batcher = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=3, device=CPU
-    )
+def test_dataset_is_a_copy_not_a_view_of_the_slot(buffer, slots):
+    batcher = Batcher(buffer, slots, dataset_trajectories=3, device=CPU)
     batcher.add(_msg(slot=0))
     expected = buffer.rewards[0].clone()
     buffer.rewards[0].fill_(-5.0)  # a rollout worker reuses the slot
     assert torch.equal(batcher.take().rewards, expected)
 
 
-def test_consume_keeps_extra_rows_for_next_dataset(buffer, free_slots, ledger):
-    batcher = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=4, device=CPU
-    )
+def test_consume_keeps_extra_rows_for_next_dataset(buffer, slots):
+    batcher = Batcher(buffer, slots, dataset_trajectories=4, device=CPU)
     batcher.add(_msg(slot=2))  # 3 rows
     assert not batcher.ready()
     batcher.add(_msg(slot=0))  # 3 more: 6 >= 4, two rows are extra
@@ -143,13 +142,11 @@ def test_consume_keeps_extra_rows_for_next_dataset(buffer, free_slots, ledger):
     _check_columns(second, buffer, [(0, 1), (0, 2), (4, 0), (4, 1)])
     batcher.consume()
     assert batcher.filled == 0 and not batcher.ready()
-    assert receive(free_slots, timeout=1.0) == [2, 0, 4]
+    assert receive(slots.free_queue, timeout=1.0) == [2, 0, 4]
 
 
-def test_consume_exact_dataset_leaves_nothing(buffer, free_slots, ledger):
-    batcher = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=6, device=CPU
-    )
+def test_consume_exact_dataset_leaves_nothing(buffer, slots):
+    batcher = Batcher(buffer, slots, dataset_trajectories=6, device=CPU)
     batcher.add(_msg(slot=1))
     batcher.add(_msg(slot=2))
     assert batcher.ready()
@@ -161,11 +158,9 @@ def test_consume_exact_dataset_leaves_nothing(buffer, free_slots, ledger):
     _check_columns(batcher.take(), buffer, _expected_columns(buffer, [(3, 3), (4, 3)]))
 
 
-def test_many_datasets_in_a_row(buffer, free_slots, ledger):
+def test_many_datasets_in_a_row(buffer, slots):
     """Rows stream through several datasets in exactly their arrival order."""
-    batcher = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=5, device=CPU
-    )
+    batcher = Batcher(buffer, slots, dataset_trajectories=5, device=CPU)
     arrivals = [(s % SLOTS, 1 + (s % ROWS)) for s in range(12)]
     order = _expected_columns(buffer, arrivals)
     seen = []
@@ -178,13 +173,11 @@ def test_many_datasets_in_a_row(buffer, free_slots, ledger):
             batcher.consume()
     assert len(seen) == (len(order) // 5) * 5
     assert batcher.filled == len(order) - len(seen)
-    assert receive(free_slots, timeout=1.0) == [slot for slot, _ in arrivals]
+    assert receive(slots.free_queue, timeout=1.0) == [slot for slot, _ in arrivals]
 
 
-def test_select_picks_columns(buffer, free_slots, ledger):
-    batcher = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=6, device=CPU
-    )
+def test_select_picks_columns(buffer, slots):
+    batcher = Batcher(buffer, slots, dataset_trajectories=6, device=CPU)
     batcher.add(_msg(slot=0))
     batcher.add(_msg(slot=3))
     dataset = batcher.take()
@@ -210,28 +203,24 @@ def test_select_picks_columns(buffer, free_slots, ledger):
 
 
 def test_rows_shared_by_policies_keep_only_own_steps_and_the_last_reader_frees_the_slot(
-    buffer, free_slots, ledger
+    buffer, slots
 ):
     """Slot 2: rows 0 and 1 are policy 1's until step 2, where row 1 starts an episode played
     by policy 0; row 2 is policy 0's throughout. Policy 0 copies rows 1 and 2, policy 1 rows 0
     and 1; the slot is free only after both copied."""
     buffer.policy_ids[2] = 0
     buffer.policy_ids[2, :2, :2] = 1
-    ledger.hand_over(2, readers=[0, 1])
-    p0 = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=0
-    )
-    p1 = Batcher(
-        buffer, SlotPool.create(ledger, free_slots), dataset_trajectories=2, device=CPU, policy_id=1
-    )
+    slots.ledger.hand_over(2, readers=[0, 1])
+    p0 = Batcher(buffer, slots, dataset_trajectories=2, device=CPU, policy_id=0)
+    p1 = Batcher(buffer, slots, dataset_trajectories=2, device=CPU, policy_id=1)
     p0.add(TrajectoryReady(policy_id=0, slot=2, rows=(1, 2), worker=0, returns_slot=True))
-    assert receive(free_slots, timeout=0.05) == []  # policy 1 has not copied yet
+    assert receive(slots.free_queue, timeout=0.05) == []  # policy 1 has not copied yet
     p1.add(TrajectoryReady(policy_id=1, slot=2, rows=(0, 1), worker=0, returns_slot=False))
-    assert receive(free_slots, timeout=0.05) == []  # only policy 0 returns it...
+    assert receive(slots.free_queue, timeout=0.05) == []  # only policy 0 returns it...
     p0.return_slots()
-    assert receive(free_slots, timeout=1.0) == [2]  # ...once both copied, and only once
+    assert receive(slots.free_queue, timeout=1.0) == [2]  # ...once both copied, and only once
     p1.return_slots()
-    assert receive(free_slots, timeout=0.05) == []
+    assert receive(slots.free_queue, timeout=0.05) == []
     mine0, mine1 = p0.take(), p1.take()
     assert torch.equal(mine0.rewards[:, 0], buffer.rewards[2, :, 1])
     # Row 1: steps 0-1 belong to policy 1, the rest to policy 0.
