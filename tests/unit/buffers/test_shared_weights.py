@@ -196,6 +196,7 @@ def _publisher(weights: SharedPolicyWeights, started, go, device: str) -> None:
                 t.fill_(float(version))
         weights.publish(model, version)
         time.sleep(PUBLISH_PAUSE)
+    weights.release_shared()  # let go before exiting, as the components do (no IPC warning)
 
 
 @pytest.fixture
@@ -246,6 +247,7 @@ def test_concurrent_pulls_are_never_torn(spawnable, one_torch_thread, device):
         if proc.is_alive():
             proc.kill()
             proc.join()
+        weights.release_shared()  # the producer frees its share last, as Runner.close does
     assert proc.exitcode == 0
     assert have == LAST_VERSION, pulled
     assert len(pulled) >= 3, pulled  # the reader really ran concurrently with the writer
