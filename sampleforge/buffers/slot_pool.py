@@ -73,8 +73,14 @@ class SlotPool:
     def __init__(self, ledger: SamplerLedger, free_queue, lock_fd: int) -> None:
         self.ledger = ledger
         self.free_queue = free_queue
-        self._lock_fd = lock_fd  # this process's descriptor of the (unlinked) lock file
-        self._closer: weakref.finalize | None = None  # the creating handle's
+        self._own(lock_fd)
+
+    def _own(self, lock_fd: int) -> None:
+        """Hold `lock_fd`, this process's descriptor of the (unlinked) lock file, and close it
+        with `close` or, when a handle is dropped without it (tests and the Python API make
+        many pools), when the handle is collected."""
+        self._lock_fd = lock_fd
+        self._closer = weakref.finalize(self, os.close, lock_fd)
 
     @classmethod
     def create(cls, ledger: SamplerLedger, free_queue=None) -> SlotPool:
@@ -83,27 +89,25 @@ class SlotPool:
         lock_fd, path = tempfile.mkstemp(prefix="sampleforge-slots-", suffix=".lock")
         os.unlink(path)  # only descriptors name it from now on
         pool = cls(ledger, make_queue() if free_queue is None else free_queue, lock_fd)
-        # A process that makes many pools (tests, the Python API) gets its descriptors back
-        # even when a pool is dropped without `close`.
-        pool._closer = weakref.finalize(pool, os.close, lock_fd)
         if free_queue is None:
             send_many(pool.free_queue, list(range(ledger.num_slots)))
         return pool
 
     def close(self) -> None:
         """This process is done with the pool: close its descriptor of the lock file."""
-        if self._closer is not None:
-            self._closer()
-        elif self._lock_fd >= 0:
-            os.close(self._lock_fd)
+        self._closer()  # a finalizer runs once: a second close does nothing
         self._lock_fd = -1
 
     def __getstate__(self) -> dict:
         # The receiving process gets a descriptor of its own (multiprocessing passes it along).
-        return {**self.__dict__, "_lock_fd": DupFd(self._lock_fd), "_closer": None}
+        state = {**self.__dict__, "_lock_fd": DupFd(self._lock_fd)}
+        del state["_closer"]
+        return state
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _lock_fd=state["_lock_fd"].detach())
+        lock_fd = state.pop("_lock_fd").detach()
+        self.__dict__.update(state)
+        self._own(lock_fd)
 
     @contextlib.contextmanager
     def _moving(self) -> Iterator[None]:
