@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
-from sampleforge.telemetry.learning_curves import RETURN, read_run
+from sampleforge.telemetry.learning_curves import RETURN, first_reach, read_run
 
 
 @dataclass(frozen=True)
@@ -108,17 +108,6 @@ def train_seed(
     with Runner(cfg) as runner:
         runner.train()
         return runner.exp.path
-
-
-def first_reach(path: Path, target: float) -> tuple[float, float] | None:
-    """(frames, wall seconds) where the mean return first reached `target`, or None."""
-    run = read_run(path)
-    frames, returns = run.series(RETURN, "env_steps")
-    seconds, _ = run.series(RETURN, "wall_time")
-    for f, r, s in zip(frames, returns, seconds):
-        if r >= target:
-            return float(f), float(s)
-    return None
 
 
 def plot(
@@ -218,7 +207,7 @@ def main() -> None:
     for path in paths:
         cells = []
         for target in targets:
-            reached = first_reach(path, target)
+            reached = first_reach(read_run(path), target)
             cells.append(
                 f"{target:g}: "
                 + (

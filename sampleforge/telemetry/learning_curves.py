@@ -8,7 +8,8 @@ lag against env steps. A group of several runs is drawn as the mean over runs wi
 one standard deviation, on the env-step (or time) range all its runs cover.
 
 Wall time restarts at 0 when an experiment is resumed (a new writer); it is made cumulative
-here so resumed runs plot as one line.
+here so resumed runs plot as one line. The window of episodes behind the mean return restarts
+too; `first_reach`, the frames and time to a score, counts only full windows.
 
 Must not: write anything but the PNG, or compute training metrics.
 """
@@ -28,6 +29,10 @@ from sampleforge.telemetry.metrics_writer import CSV_NAME
 
 IGNORED_SETTINGS = ("seed", "experiment", "train_dir", "restart_behavior", "sources")
 RETURN, EVAL_RETURN = "episode/return_mean", "eval/return_mean"
+# Episodes behind each RETURN value; below the window's size (after a start or a resume) the
+# mean is of fewer games and can touch a score the policy does not hold.
+WINDOW_EPISODES = "episode/window_episodes"
+FULL_WINDOW = 100
 PANELS = (  # (metric, x column, title)
     (RETURN, "env_steps", "mean return vs env steps"),
     (RETURN, "wall_time", "mean return vs wall time (s)"),
@@ -71,6 +76,23 @@ def read_run(path: Path | str) -> Run:
     config_path = path / "config.json"
     settings = json.loads(config_path.read_text()) if config_path.is_file() else {}
     return Run(name=path.name, path=path, settings=settings, columns=columns)
+
+
+def first_reach(run: Run, target: float) -> tuple[float, float] | None:
+    """(env steps, wall seconds) of the first report whose mean return over a full window of
+    FULL_WINDOW episodes is at least `target`, or None. Rows written before the window's count
+    was logged are taken as full."""
+    steps, returns = run.columns.get("env_steps"), run.columns.get(RETURN)
+    seconds = run.columns.get("wall_time")
+    if steps is None or returns is None or seconds is None:
+        return None
+    counts = run.columns.get(WINDOW_EPISODES, np.full(len(steps), np.nan))
+    full = ~np.isfinite(counts) | (counts >= FULL_WINDOW)
+    keep = np.isfinite(steps) & np.isfinite(returns) & full & (returns >= target)
+    if not keep.any():
+        return None
+    first = np.flatnonzero(keep)[np.argmin(steps[keep])]
+    return float(steps[first]), float(seconds[first])
 
 
 def group_runs(runs: Sequence[Run]) -> list[list[Run]]:

@@ -31,6 +31,7 @@ from sampleforge.telemetry.bottleneck import bottleneck
 from sampleforge.telemetry.console import format_status_line
 from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
 from sampleforge.telemetry.fps import FpsMeter
+from sampleforge.telemetry.learning_curves import FULL_WINDOW, WINDOW_EPISODES
 from sampleforge.telemetry.status import TrainingStatus
 from sampleforge.telemetry.summary import RunSummary
 
@@ -65,7 +66,7 @@ class RunProgress:
     env_steps: dict[int, int] = field(default_factory=dict)
     policy_version: dict[int, int] = field(default_factory=dict)
     frames_collected: int = 0
-    episodes: EpisodeStatsWindow = field(default_factory=lambda: EpisodeStatsWindow(100))
+    episodes: EpisodeStatsWindow = field(default_factory=lambda: EpisodeStatsWindow(FULL_WINDOW))
     fps: FpsMeter = field(default_factory=FpsMeter)
     last_stats: dict[str, float] = field(default_factory=dict)
     lag: tuple[float, float, float] | None = None
@@ -168,6 +169,7 @@ class RunProgress:
         if mean_return is not None and mean_length is not None:  # i.e. episodes.count > 0
             scalars["episode/return_mean"] = mean_return
             scalars["episode/length_mean"] = mean_length
+            scalars[WINDOW_EPISODES] = float(self.episodes.count)
         if self.lag is not None:
             scalars.update(
                 {

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sampleforge.cli.main import main
-from sampleforge.telemetry.learning_curves import group_runs, mean_and_band, read_run
+from sampleforge.telemetry.learning_curves import first_reach, group_runs, mean_and_band, read_run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -48,6 +48,26 @@ def test_wall_time_continues_across_a_resume(tmp_path):
     run = read_run(_fake_run(tmp_path / "r", 1, [1, 2, 3, 4], wall=[5.0, 10.0, 2.0, 4.0]))
     xs, _ = run.series("episode/return_mean", "wall_time")
     np.testing.assert_allclose(xs, [5.0, 10.0, 12.0, 14.0])
+
+
+def test_a_score_counts_as_reached_only_over_a_full_window_of_episodes(tmp_path):
+    # A resume at the third row restarts the window: its 16 games average 20 before 100 do.
+    folder = tmp_path / "resumed"
+    folder.mkdir()
+    (folder / "progress.csv").write_text(
+        "env_steps,wall_time,episode/return_mean,episode/window_episodes\n"
+        "1000,10,18.0,100\n2000,20,19.0,100\n3000,5,20.0,16\n4000,15,19.5,60\n"
+        "5000,25,20.5,100\n"
+    )
+    run = read_run(folder)
+    assert first_reach(run, 19.0) == (2000.0, 20.0)
+    assert first_reach(run, 20.0) == (5000.0, 45.0)  # wall time goes on across the resume
+    assert first_reach(run, 21.0) is None
+
+
+def test_first_reach_takes_rows_without_the_window_count_as_full(tmp_path):
+    run = read_run(_fake_run(tmp_path / "old", 1, [1, 5, 3]))
+    assert first_reach(run, 4.0) == (2000.0, 1.0)
 
 
 def test_plot_writes_a_png(experiment, tmp_path, capsys):
