@@ -29,7 +29,7 @@ EncoderName = str
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
 AdvantageScale = Literal["minibatch", "return_std"]
-InitScheme = Literal["ppo", "unit"]
+InitScheme = Literal["ppo", "unit", "unit_uniform"]
 RestartBehavior = Literal["resume", "overwrite"]
 EnvErrorPolicy = Literal["restart", "fail"]
 PbtObjective = Literal["auto", "mean_return", "win_rate"]
@@ -334,8 +334,9 @@ class Config:
     init_scheme: InitScheme = option(
         "ppo",
         "Initial weights, orthogonal: ppo (gain sqrt 2 for hidden layers, 0.01 for the "
-        "policy head, 1 for the value head, as CleanRL) or unit (gain 1 for every linear and "
-        "conv layer, as Sample Factory; recurrent cores keep their own).",
+        "policy head, 1 for the value head, as CleanRL), unit (gain 1 for every linear and "
+        "conv layer, as Sample Factory; recurrent cores keep their own) or unit_uniform (unit "
+        "with ppo's policy head: a uniform first policy).",
         "model",
     )
 

@@ -20,10 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sampleforge.models.init_schemes import orthogonal_init
+from sampleforge.models.init_schemes import POLICY_HEAD_GAIN, orthogonal_init
 from sampleforge.spaces import action_spec, categorical_sizes
 
-POLICY_HEAD_GAIN = 0.01
 # Bounds on the Gaussian log-std used at evaluation time: keep std in [~2e-9, ~7.4] so
 # log-probs stay finite even if the raw parameter drifts.
 _LOG_STD_MIN, _LOG_STD_MAX = -20.0, 2.0
@@ -31,7 +30,6 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 def _init_policy_linear(layer: nn.Linear) -> None:
-    # A small gain makes the initial policy close to uniform / zero-mean, which aids exploration.
     orthogonal_init(layer, POLICY_HEAD_GAIN)
 
 

@@ -10,6 +10,9 @@
   policy is far from uniform, and on Breakout it learns in fewer frames (docs/benchmarks.md).
   Recurrent cores keep their own initialisation; a custom encoder's linear and conv layers are
   re-initialised too.
+- ``unit_uniform``: ``unit``, except the policy head, which keeps ``ppo``'s gain of 0.01, so
+  the first policy is almost uniform. On Breakout it learns as early as ``unit``; on Pong, where
+  ``unit``'s skewed first policy costs it frames, as early as ``ppo`` (docs/benchmarks.md).
 
 Must not: change which parameters exist (checkpoints do not depend on the scheme).
 """
@@ -18,7 +21,9 @@ from __future__ import annotations
 
 from torch import nn
 
-INIT_SCHEMES = ("ppo", "unit")
+INIT_SCHEMES = ("ppo", "unit", "unit_uniform")
+# A small policy head makes the first policy close to uniform (or zero-mean), which explores.
+POLICY_HEAD_GAIN = 0.01
 
 
 def orthogonal_init(layer: nn.Linear | nn.Conv2d, gain: float) -> None:
@@ -32,7 +37,11 @@ def apply_init_scheme(model: nn.Module, scheme: str) -> None:
     """Re-initialise the freshly built `model` as `scheme` (one of INIT_SCHEMES) says."""
     if scheme not in INIT_SCHEMES:
         raise ValueError(f"unknown init_scheme {scheme!r}; allowed: {', '.join(INIT_SCHEMES)}")
-    if scheme == "unit":
+    if scheme in ("unit", "unit_uniform"):
         for layer in model.modules():
             if isinstance(layer, (nn.Linear, nn.Conv2d)):
                 orthogonal_init(layer, gain=1.0)
+    if scheme == "unit_uniform":
+        for layer in model.get_submodule("action_head").modules():
+            if isinstance(layer, nn.Linear):
+                orthogonal_init(layer, POLICY_HEAD_GAIN)

@@ -43,12 +43,32 @@ def test_ppo_keeps_the_small_policy_head_and_the_hidden_gain_of_sqrt_2():
     assert torch.allclose(gains(conv), torch.tensor(2.0).sqrt(), atol=1e-4)
 
 
+def test_unit_uniform_is_unit_but_for_ppos_small_policy_head():
+    net = model("unit_uniform")
+    layers = [m for m in net.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    assert len(layers) == 6
+    for layer in layers:
+        gain = 0.01 if layer is net.action_head.linear else 1.0
+        assert torch.allclose(gains(layer), torch.tensor(gain), atol=1e-4 * gain)
+        assert not layer.bias.any()
+
+
+def test_unit_uniform_makes_a_gaussian_heads_first_mean_small():
+    net = ActorCritic(
+        gym.spaces.Box(-1, 1, (3,), np.float32),
+        gym.spaces.Box(-1, 1, (2,), np.float32),
+        init_scheme="unit_uniform",
+    )
+    heads = [m for m in net.action_head.modules() if isinstance(m, nn.Linear)]
+    assert heads and all(torch.allclose(gains(h), torch.tensor(0.01), atol=1e-6) for h in heads)
+
+
 def test_unit_starts_from_a_policy_far_from_uniform_and_ppo_from_a_nearly_uniform_one():
     # The point of the scheme: the size of the first policy's logits (0 is uniform).
     steps, envs = 1, 64
     obs = {"obs": torch.randint(0, 256, (steps, envs, *IMAGE.shape), dtype=torch.uint8)}
     spread = {}
-    for scheme in ("ppo", "unit"):
+    for scheme in ("ppo", "unit", "unit_uniform"):
         net = model(scheme)
         logits: list[torch.Tensor] = []
         net.action_head.linear.register_forward_hook(
@@ -61,8 +81,8 @@ def test_unit_starts_from_a_policy_far_from_uniform_and_ppo_from_a_nearly_unifor
             torch.zeros(steps, envs, 1, dtype=torch.long),
         )
         spread[scheme] = logits[0].std(dim=-1).mean().item()
-    assert spread["ppo"] < 0.01
-    assert spread["unit"] > 20 * spread["ppo"]
+    assert spread["ppo"] < 0.01 and spread["unit_uniform"] < 0.01
+    assert spread["unit"] > 20 * max(spread["ppo"], spread["unit_uniform"])
 
 
 def test_recurrent_cores_keep_their_own_initialisation():
@@ -75,7 +95,9 @@ def test_recurrent_cores_keep_their_own_initialisation():
 
 
 def test_an_unknown_scheme_is_a_one_line_error_naming_the_allowed_ones():
-    with pytest.raises(ValueError, match="unknown init_scheme 'xavier'; allowed: ppo, unit"):
+    with pytest.raises(
+        ValueError, match="unknown init_scheme 'xavier'; allowed: ppo, unit, unit_uniform$"
+    ):
         apply_init_scheme(nn.Linear(2, 2), "xavier")
 
 
