@@ -283,7 +283,11 @@ class Runner:
         if seconds is not None and elapsed >= seconds:
             return "train_for_seconds"
         target_return, episodes = self.stop_at_mean_return, self.progress.episodes
-        if target_return is None or not math.isfinite(target_return) or episodes.count < 100:
+        if (
+            target_return is None
+            or not math.isfinite(target_return)
+            or episodes.count < episodes.maxlen
+        ):
             return ""
         mean = episodes.mean_return
         return "stop_at_mean_return" if mean is not None and mean >= target_return else ""
