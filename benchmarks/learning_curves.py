@@ -205,9 +205,9 @@ def main() -> None:
         {score for ref in REFERENCES.get(args.env, []) for _, score, _ in ref.points}
     )
     for path in paths:
-        cells = []
+        run, cells = read_run(path), []
         for target in targets:
-            reached = first_reach(read_run(path), target)
+            reached = first_reach(run, target)
             cells.append(
                 f"{target:g}: "
                 + (
