@@ -33,7 +33,7 @@ import numpy as np
 
 from sampleforge.envs.doom.engine_ipc import (
     engine_instance_ids,
-    engine_ipc_mapped_by,
+    engine_ipc_held_by,
     remove_engine_ipc,
 )
 
@@ -78,7 +78,7 @@ class SeatReply:
 def seat_engines(seat_pid: int) -> list[str]:
     """Instance ids of the engine of the seat process ``seat_pid`` (the leader of its process
     group): running engines in the group, and the names the seat has mapped."""
-    return sorted(set(engine_instance_ids(seat_pid)) | set(engine_ipc_mapped_by(seat_pid)))
+    return sorted(set(engine_instance_ids(seat_pid)) | set(engine_ipc_held_by(seat_pid)))
 
 
 def serve_seat(fd: int) -> None:

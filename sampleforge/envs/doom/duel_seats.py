@@ -326,17 +326,23 @@ class SeatProcess:
             time.sleep(0.02)
         # Killed engines leave their message queues and shared memory in /dev/shm; their names
         # carry the engine's instance id, which a live engine's command line tells, and which
-        # the seat maps (also when its engine died, or the seat is killed while closing).
+        # the seat holds (also when its engine died, or the seat is killed while closing).
+        # The group is stopped first: a seat still starting its game would otherwise create
+        # names between our look and the kill. Signalling the group while the seat process is
+        # unreaped is safe: its id, which is the group's id, cannot belong to anyone else yet.
+        _signal_group(self.process.pid, signal.SIGSTOP)
         engines = seat_engines(self.process.pid)
-        # Kill the group while the seat process is unreaped: its id, which is the group's id,
-        # cannot belong to anyone else yet.
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        _signal_group(self.process.pid, signal.SIGKILL)
         self.process.wait()
         self.connection.close()
         remove_engine_ipc(engines)
+
+
+def _signal_group(group: int, signum: int) -> None:
+    try:
+        os.killpg(group, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group has ended
 
 
 def _seat_command(fd: int) -> list[str]:

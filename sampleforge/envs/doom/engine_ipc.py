@@ -11,6 +11,7 @@ Must not: import vizdoom (seat processes and the runner use this without it).
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -40,19 +41,27 @@ def engine_instance_ids(group: int | None = None) -> list[str]:
     return ids
 
 
-def engine_ipc_mapped_by(pid: int) -> list[str]:
-    """The instance ids of the engine names process ``pid`` has mapped: a game's controller
-    maps its engine's queues and shared memory from the start, before and after the engine
-    process runs, so this finds them when the engine has died or not yet started."""
+def engine_ipc_held_by(pid: int) -> list[str]:
+    """The instance ids of the engine names process ``pid`` holds, mapped or open: a game's
+    controller creates its engine's queues and shared memory before the engine process runs and
+    maps them until it closes, so this finds them when the engine has died or not yet started.
+    A name is open (``shm_open``) before it is mapped, so a process stopped between the two is
+    caught by its open file descriptors."""
+    proc = Path(f"/proc/{pid}")
     try:
-        maps = Path(f"/proc/{pid}/maps").read_text()
+        paths = [line.split(maxsplit=5)[-1] for line in (proc / "maps").read_text().splitlines()]
+        for fd in (proc / "fd").iterdir():
+            try:
+                paths.append(os.readlink(fd))
+            except OSError:
+                continue  # closed while we looked
     except OSError:
         return []  # gone, or not ours to read
     ids = set()
-    for line in maps.splitlines():
-        name = line.rsplit("/", 1)[-1]
-        if not line.endswith(f"{SHM}/{name}") or not name.startswith("ViZDoom"):
-            continue
+    for path in paths:
+        directory, _, name = path.rpartition("/")
+        if directory != str(SHM) or name.endswith(" (deleted)"):
+            continue  # not an engine's, or already removed
         for kind in KINDS:
             if name.startswith(f"ViZDoom{kind}"):
                 ids.add(name[len(f"ViZDoom{kind}") :])

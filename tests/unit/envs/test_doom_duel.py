@@ -32,6 +32,7 @@ from sampleforge.envs.doom.duel_seats import (
     free_udp_port,
     seat_game_args,
 )
+from sampleforge.envs.doom.engine_ipc import engine_ipc_held_by
 from sampleforge.envs.doom.measurements import MEASUREMENT_NAMES
 from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.testing.ci import unavailable
@@ -48,6 +49,15 @@ def engine_names() -> set[str]:
     return {path.name for path in Path("/dev/shm").glob("ViZDoom*")}
 
 
+def orphan_engine_names(before: set[str]) -> set[str]:
+    """Engine names in /dev/shm, not there ``before``, that no live process holds: left behind.
+    (Names a live process holds belong to a game still running, perhaps another test's.)"""
+    held = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        held.update(engine_ipc_held_by(int(proc.name)))
+    return {name for name in engine_names() - before if not name.endswith(tuple(held))}
+
+
 @pytest.fixture(autouse=True)
 def no_engine_names_left() -> Iterator[None]:
     """Every test leaves /dev/shm as it found it: games closed, starts that failed (and were
@@ -55,7 +65,7 @@ def no_engine_names_left() -> Iterator[None]:
     before = engine_names()
     yield
     deadline = time.monotonic() + 5.0
-    while (left := engine_names() - before) and time.monotonic() < deadline:
+    while (left := orphan_engine_names(before)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not left, f"left in /dev/shm: {sorted(left)}"
 
@@ -261,6 +271,35 @@ def test_failed_connection_raises_a_clear_error_and_leaves_nothing(
         # Both engines were waiting when killed; what they left in /dev/shm is gone.
         assert len(cleaned) == 2 and ipc_files(cleaned) == []
     env.close()
+
+
+@needs_vizdoom
+@pytest.mark.timeout(120)
+def test_seats_killed_while_their_games_start_leave_no_names_even_when_looking_is_slow(
+    duel_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A seat creates its engine's names while its game starts. Killing it means finding those
+    # names (a scan of /proc, slow on a loaded machine) and then killing: a seat left running
+    # meanwhile created names nobody removed (CI, 2026-11-27). Timeouts from 0.1 to 0.8 s land
+    # the kill all over the start; a slow look makes the gap wide enough to be hit every time.
+    looked = duel_seats.seat_engines
+
+    def slow_look(seat_pid: int) -> list[str]:
+        found = looked(seat_pid)
+        time.sleep(0.2)
+        return found
+
+    monkeypatch.setattr(duel_seats, "seat_engines", slow_look)
+    for timeout in np.arange(0.1, 0.85, 0.1):
+        before = engine_names()
+        env = DoomDuelEnv(connect_timeout=float(timeout), port=free_udp_port())
+        try:
+            env.reset()
+        except DoomDuelConnectionError:
+            pass  # the point: killed mid-start (a fast machine may connect in time)
+        env.close()
+        assert wait_until_gone(duel_root) == []
+        assert orphan_engine_names(before) == set(), f"timeout {timeout:.1f} s"
 
 
 @needs_vizdoom

@@ -73,15 +73,16 @@ def test_removing_names_that_are_already_gone_is_fine(shm: Path) -> None:
     assert list(shm.iterdir()) == []
 
 
-def test_the_names_a_process_maps_give_its_engines_ids(shm: Path) -> None:
-    # A game's controller maps its engine's names; other files in the folder, mapped or not,
-    # and names merely present are not its engine's.
+def test_the_names_a_process_maps_or_holds_open_give_its_engines_ids(shm: Path) -> None:
+    # A game's controller maps its engine's names, and holds each open before mapping it;
+    # other files in the folder, mapped or not, and names merely present are not its engine's.
     import mmap
 
     for name in (
         "ViZDoomSMMine01",
         "ViZDoomMQCtrMine01",
         "ViZDoomMQDoomMine02",
+        "ViZDoomMQCtrOpenOnly",
         "other",
         "ViZDoomSMNotMapped",
     ):
@@ -91,14 +92,31 @@ def test_the_names_a_process_maps_give_its_engines_ids(shm: Path) -> None:
         for name in ("ViZDoomSMMine01", "ViZDoomMQCtrMine01", "ViZDoomMQDoomMine02", "other"):
             with open(shm / name, "r+b") as f:
                 maps.append(mmap.mmap(f.fileno(), 4096))
-        assert engine_ipc.engine_ipc_mapped_by(os.getpid()) == ["Mine01", "Mine02"]
+        with open(shm / "ViZDoomMQCtrOpenOnly", "rb"):
+            held = engine_ipc.engine_ipc_held_by(os.getpid())
+        assert held == ["Mine01", "Mine02", "OpenOnly"]
+        assert engine_ipc.engine_ipc_held_by(os.getpid()) == ["Mine01", "Mine02"]
     finally:
         for m in maps:
             m.close()
-    assert engine_ipc.engine_ipc_mapped_by(os.getpid()) == []
+    assert engine_ipc.engine_ipc_held_by(os.getpid()) == []
 
 
-def test_a_process_that_is_gone_maps_nothing() -> None:
+def test_a_removed_name_still_mapped_is_not_reported(shm: Path) -> None:
+    import mmap
+
+    path = shm / "ViZDoomSMGone01"
+    path.write_bytes(b"\0" * 4096)
+    with open(path, "r+b") as f:
+        mapped = mmap.mmap(f.fileno(), 4096)
+    try:
+        path.unlink()
+        assert engine_ipc.engine_ipc_held_by(os.getpid()) == []
+    finally:
+        mapped.close()
+
+
+def test_a_process_that_is_gone_holds_nothing() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
-    assert engine_ipc.engine_ipc_mapped_by(process.pid) == []
+    assert engine_ipc.engine_ipc_held_by(process.pid) == []
