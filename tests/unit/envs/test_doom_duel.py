@@ -280,7 +280,7 @@ def test_seats_killed_while_their_games_start_leave_no_names_even_when_looking_i
 ) -> None:
     # A seat creates its engine's names while its game starts. Killing it means finding those
     # names (a scan of /proc, slow on a loaded machine) and then killing: a seat left running
-    # meanwhile created names nobody removed (CI, 2026-11-27). Timeouts from 0.1 to 0.8 s land
+    # meanwhile created names nobody removed (CI, 2026-11-27). Timeouts from 0.1 to 0.85 s land
     # the kill all over the start; a slow look makes the gap wide enough to be hit every time.
     looked = duel_seats.seat_engines
 
@@ -290,7 +290,7 @@ def test_seats_killed_while_their_games_start_leave_no_names_even_when_looking_i
         return found
 
     monkeypatch.setattr(duel_seats, "seat_engines", slow_look)
-    for timeout in np.arange(0.1, 0.85, 0.1):
+    for timeout in np.arange(0.1, 0.9, 0.15):  # steps shorter than the slow look
         before = engine_names()
         env = DoomDuelEnv(connect_timeout=float(timeout), port=free_udp_port())
         try:
@@ -299,7 +299,7 @@ def test_seats_killed_while_their_games_start_leave_no_names_even_when_looking_i
             pass  # the point: killed mid-start (a fast machine may connect in time)
         env.close()
         assert wait_until_gone(duel_root) == []
-        assert orphan_engine_names(before) == set(), f"timeout {timeout:.1f} s"
+        assert orphan_engine_names(before) == set(), f"timeout {timeout:.2f} s"
 
 
 @needs_vizdoom
