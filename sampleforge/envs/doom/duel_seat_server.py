@@ -77,7 +77,7 @@ class SeatReply:
 
 def seat_engines(seat_pid: int) -> list[str]:
     """Instance ids of the engine of the seat process ``seat_pid`` (the leader of its process
-    group): running engines in the group, and the names the seat has mapped."""
+    group): running engines in the group, and the names the seat holds (open or mapped)."""
     return sorted(set(engine_instance_ids(seat_pid)) | set(engine_ipc_held_by(seat_pid)))
 
 
