@@ -100,11 +100,11 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # back most of its own: Breakout seeds 1-3 reach 10 at 0.60M, 0.63M and 0.64M and 20 at
     # 1.24M, 1.34M and 1.57M (unit: 0.57M-0.93M and 1.02M-1.93M); Pong seeds 1-3 reach 10 at
     # 2.76M, 1.92M and 2.23M (unit: 2.88M, 2.32M and 3.62M; CleanRL's: 2.26M, 1.80M and 2.15M).
-    # To 10M frames, Breakout seeds 1-2 ended at 337.9 and 274.9 (unit: 263.1 and 178.5,
-    # CleanRL's: 285.5 and 121.9) and Pong seed 1 at 20.36 (unit: 20.51, CleanRL's: 20.89). On
-    # Breakout seed 1 with it, lr 1e-3 leaves 10 at 0.60M frames; 2 epochs reach it at
-    # 0.48M-0.52M, but 20 in 12.7 minutes at 1,650 frames/s where lr 1e-3 took 9.3 at 2,160
-    # (one session), so 1 epoch stays.
+    # To 10M frames, Breakout seeds 1-3 ended at 337.9, 274.9 and 320.1 (unit: 263.1, 178.5,
+    # 185.3; CleanRL's: 285.5, 121.9, 247.7) and Pong seed 1 at 20.36 (unit: 20.51, CleanRL's:
+    # 20.89). On Breakout seed 1 with it, lr 1e-3 leaves 10 at 0.60M frames, as do 8
+    # minibatches of 128 in one epoch (0.63M); 2 epochs reach it at 0.48M-0.52M, but 20 in 12.7
+    # minutes at 1,650 frames/s where lr 1e-3 took 9.3 at 2,160 (one session), so 1 epoch stays.
     "atari": {
         "rollout": 128,
         "batch_size": 256,
