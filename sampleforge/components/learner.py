@@ -99,11 +99,17 @@ class Learner:
 
     # --- training -------------------------------------------------------------------------------
     def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
-        """`num_epochs` passes of minibatch SGD over `data`; returns averaged statistics."""
+        """`num_epochs` (or `early_num_epochs`) passes of minibatch SGD over `data`; returns averaged
+        statistics."""
         if self.model.normalized_keys:
             self.model.update_normalizer({k: v[:-1].flatten(0, 1) for k, v in data.obs.items()})
         self._set_learning_rate()
-        steps = self._sample_steps(data) if self.trains_on_samples else self._trajectory_steps(data)
+        epochs = self.num_epochs
+        steps = (
+            self._sample_steps(data, epochs)
+            if self.trains_on_samples
+            else self._trajectory_steps(data, epochs)
+        )
         totals: dict[str, float] = {}
         count = 0
         lag_min, lag_max = math.inf, -math.inf
@@ -122,10 +128,24 @@ class Learner:
                 "policy_lag/min": lag_min,
                 "policy_lag/max": lag_max,
                 "learner/lr": self.optimizer.param_groups[0]["lr"],
+                "learner/num_epochs": float(epochs),
                 "health/skipped_updates": float(self.skipped_updates),
             }
         )
         return out
+
+    @property
+    def num_epochs(self) -> int:
+        """Passes over the next dataset: `early_num_epochs` until the policy has trained on
+        `early_env_steps`, then `num_epochs`."""
+        early = self.cfg.early_num_epochs
+        if early is not None and self.env_steps < self.cfg.early_env_steps:
+            return early
+        return self.cfg.num_epochs
+
+    @property
+    def sgd_steps_per_dataset(self) -> int:
+        return self.num_epochs * self.cfg.num_batches_per_epoch
 
     @property
     def trains_on_samples(self) -> bool:
@@ -139,10 +159,10 @@ class Learner:
             and not self.settings.uses_vtrace
         )
 
-    def _trajectory_steps(self, data: Dataset) -> Iterator[dict[str, float]]:
+    def _trajectory_steps(self, data: Dataset, epochs: int) -> Iterator[dict[str, float]]:
         """One SGD step per minibatch of whole trajectories; advantages per minibatch."""
         per_minibatch = self.cfg.batch_size // self.cfg.rollout
-        for _ in range(self.cfg.num_epochs):
+        for _ in range(epochs):
             order = torch.randperm(data.num_trajectories, device=self.device)
             for start in range(0, data.num_trajectories - per_minibatch + 1, per_minibatch):
                 batch = data.select(order[start : start + per_minibatch])
@@ -153,12 +173,12 @@ class Learner:
                 stats.update(lag_stats)
                 yield stats
 
-    def _sample_steps(self, data: Dataset) -> Iterator[dict[str, float]]:
+    def _sample_steps(self, data: Dataset, epochs: int) -> Iterator[dict[str, float]]:
         """One SGD step per minibatch of `batch_size` single samples, shuffled across the whole
         dataset each epoch; GAE advantages and targets computed once, before the first."""
         samples = self._prepare_samples(data)
         count = samples.advantages.shape[0]
-        for _ in range(self.cfg.num_epochs):
+        for _ in range(epochs):
             order = torch.randperm(count, device=self.device)
             for start in range(0, count - self.cfg.batch_size + 1, self.cfg.batch_size):
                 batch = samples.take(order[start : start + self.cfg.batch_size])

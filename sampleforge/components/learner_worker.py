@@ -126,7 +126,7 @@ class LearnerWorker:
             policy_id,
             self.batcher.dataset_trajectories,
             buffer.layout.rows_per_slot,
-            cfg.num_epochs * cfg.num_batches_per_epoch,
+            self.learner.sgd_steps_per_dataset,
             lead,
         )
         self._train_seconds = 0.0
@@ -205,11 +205,14 @@ class LearnerWorker:
 
     def _train(self) -> None:
         t0 = time.perf_counter()
+        self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
         self.gate.training_started(self.batcher.filled)
         self._gate_sampling()
         stats = self.learner.train(self.batcher.take(), self._on_sgd_step)
         self.batcher.consume()
         self.gate.training_done()
+        # The dataset just trained on may have ended the early epochs.
+        self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
         self._gate_sampling()
         self._train_seconds += time.perf_counter() - t0
         stats["perf/learner_train_sec"] = self._train_seconds

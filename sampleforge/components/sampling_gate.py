@@ -65,11 +65,7 @@ class SamplingGate:
         self.rows_per_slot = rows_per_slot
         self.sgd_steps_per_dataset = sgd_steps_per_dataset
         self.measured = lead_sgd_steps is None
-        dataset_slots = max(1, self._slots_for(dataset_trajectories))
-        # A lead of k datasets asks for k + 1 of them: never more than the slots hold.
-        self.max_lead = sgd_steps_per_dataset * max(1, ledger.num_slots // dataset_slots - 1)
-        if self.measured:
-            self.max_lead = min(self.max_lead, measured_lead_bound(sgd_steps_per_dataset))
+        self.max_lead = self._max_lead()
         self.lead: int = (
             min(_FIRST_LEAD, sgd_steps_per_dataset) if lead_sgd_steps is None else lead_sgd_steps
         )
@@ -80,6 +76,25 @@ class SamplingGate:
         self._training_ended_at: float | None = None
         self._steps_left_when_sampled: int | None = None  # of the last dataset, if it was early
         self.waited_seconds = 0.0  # the learner's, between datasets, summed over the run
+
+    def _max_lead(self) -> int:
+        dataset_slots = max(1, self._slots_for(self.dataset_trajectories))
+        # A lead of k datasets asks for k + 1 of them: never more than the slots hold.
+        datasets = max(1, self.ledger.num_slots // dataset_slots - 1)
+        bound = self.sgd_steps_per_dataset * datasets
+        if self.measured:
+            bound = min(bound, measured_lead_bound(self.sgd_steps_per_dataset))
+        return bound
+
+    def set_sgd_steps_per_dataset(self, steps: int) -> None:
+        """The learner's epochs per dataset changed (`early_num_epochs`): the lead's bound
+        follows, and a measured lead beyond the new bound is cut to it."""
+        if steps == self.sgd_steps_per_dataset:
+            return
+        self.sgd_steps_per_dataset = steps
+        self.max_lead = self._max_lead()
+        if self.measured:
+            self.lead = min(self.lead, self.max_lead)
 
     # --- events from the learner worker ---------------------------------------------------------
     def training_started(self, staged_trajectories: int) -> None:

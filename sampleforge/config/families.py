@@ -104,12 +104,18 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # 185.3; CleanRL's: 285.5, 121.9, 247.7) and Pong seed 1 at 20.36 (unit: 20.51, CleanRL's:
     # 20.89). On Breakout seed 1 with it, lr 1e-3 leaves 10 at 0.60M frames, as do 8
     # minibatches of 128 in one epoch (0.63M); 2 epochs reach it at 0.48M-0.52M, but 20 in 12.7
-    # minutes at 1,650 frames/s where lr 1e-3 took 9.3 at 2,160 (one session), so 1 epoch stays.
+    # minutes at 1,650 frames/s where lr 1e-3 took 9.3 at 2,160 (one session). So 2 epochs for
+    # the first 1M frames only (`early_num_epochs`, 2026-11-28, seeds 1-3 in one session,
+    # interleaved with the family without them): 10 at 0.46M, 0.44M and 0.49M frames (without:
+    # 0.71M, 0.72M, 0.63M), 20 at 1.20M, 1.19M and 1.19M (1.70M, 1.61M, 1.67M), in the same
+    # minutes (20 in 4.8-5.1 against 4.6-5.2): the learner-bound stretch is short.
     "atari": {
         "rollout": 128,
         "batch_size": 256,
         "num_batches_per_epoch": 4,
         "num_epochs": 1,
+        "early_num_epochs": 2,
+        "early_env_steps": 1_000_000,
         "learning_rate": 5e-4,
         "lr_schedule": "linear",
         "adam_eps": 1e-5,

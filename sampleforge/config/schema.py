@@ -231,6 +231,17 @@ class Config:
         "learner",
     )
     num_epochs: int = option(1, "Passes of SGD over each dataset.", "learner")
+    early_num_epochs: Optional[int] = option(
+        None,
+        "Passes of SGD over each dataset while the policy has trained on fewer than "
+        "early_env_steps env steps, num_epochs after; None: num_epochs throughout. Reusing "
+        "each sample more while the first scores are learned buys frames where they matter, "
+        "and costs learner time only there.",
+        "learner",
+    )
+    early_env_steps: int = option(
+        0, "Env steps (frames) for which early_num_epochs applies.", "learner"
+    )
     shuffle_samples: bool = option(
         True,
         "Feed-forward APPO with GAE (with_vtrace false): minibatches of single samples "

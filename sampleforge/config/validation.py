@@ -263,8 +263,12 @@ def range_problems(cfg: Config) -> list[str]:
             f"sampling_lead_sgd_steps: {cfg.sampling_lead_sgd_steps} must be >= 0 "
             "(or none: measured)"
         )
-    if cfg.eval_every_env_steps is not None and cfg.eval_every_env_steps < 1:
-        problems.append(f"eval_every_env_steps: {cfg.eval_every_env_steps} must be >= 1 (or none)")
+    for name in ("eval_every_env_steps", "early_num_epochs"):
+        value = getattr(cfg, name)
+        if value is not None and value < 1:
+            problems.append(f"{name}: {value} must be >= 1 (or none)")
+    if cfg.early_env_steps < 0:
+        problems.append(f"early_env_steps: {cfg.early_env_steps} must be >= 0")
     for name in ("train_for_seconds", "value_clip", "reward_clip"):
         value = getattr(cfg, name)
         if value is not None and not value > 0:

@@ -76,3 +76,18 @@ def test_sweep_without_matplotlib_fails_before_measuring_anything(tmp_path, monk
     with pytest.raises(SystemExit, match="needs matplotlib"):
         main(["bench", *SMALL, "--sweep", "--out", str(tmp_path / "sweep")])
     assert not (tmp_path / "sweep").exists() and _bench_folders() == before
+
+
+def test_the_bench_measures_the_steady_state_without_a_run_s_early_epochs():
+    import shutil
+
+    from sampleforge.cli import bench
+    from sampleforge.cli.main import build_parser
+
+    args = build_parser().parse_args(
+        ["bench", *SMALL, "--num_epochs", "1", "--early_num_epochs", "3"]
+    )
+    cfg = bench._bench_config(args)
+    shutil.rmtree(cfg.train_dir)
+    assert cfg.early_num_epochs is None and cfg.num_epochs == 1
+    assert cfg.sgd_steps_per_1000_samples == pytest.approx(1000 * 4 / 2048)

@@ -105,3 +105,23 @@ def test_minibatches_mix_samples_of_different_trajectories_and_steps(monkeypatch
 )
 def test_trajectory_minibatches_where_advantages_need_the_network_or_a_state(overrides):
     assert not _learner(**overrides).trains_on_samples
+
+
+@pytest.mark.parametrize("shuffle_samples", [True, False], ids=["samples", "trajectories"])
+def test_early_epochs_apply_until_the_policy_has_trained_on_early_env_steps(shuffle_samples):
+    learner = _learner(
+        num_epochs=1,
+        early_num_epochs=3,
+        early_env_steps=2 * T * B,
+        shuffle_samples=shuffle_samples,
+    )
+    assert learner.trains_on_samples == shuffle_samples
+    steps_per_dataset = []
+    for _ in range(4):
+        assert learner.sgd_steps_per_dataset == (3 if learner.env_steps < 2 * T * B else 1)
+        before = learner.policy_version
+        stats = learner.train(_dataset(), lambda: None)
+        steps_per_dataset.append(learner.policy_version - before)
+        assert stats["learner/num_epochs"] == steps_per_dataset[-1]
+    assert steps_per_dataset == [3, 3, 1, 1]
+    assert learner.sgd_steps_per_dataset == 1

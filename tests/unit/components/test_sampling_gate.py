@@ -224,3 +224,32 @@ def test_the_learner_s_waits_for_data_are_summed_and_the_cap_is_only_reached_by_
 def test_the_measured_lead_bound_keeps_the_mean_lag_near_its_target(monkeypatch, steps, bound):
     monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
     assert sampling_gate.measured_lead_bound(steps) == bound
+
+
+def test_fewer_steps_per_dataset_cut_the_measured_lead_and_what_it_asks_for(monkeypatch):
+    """`early_num_epochs` ends: datasets take 8 SGD steps instead of 16, so the bound on the
+    lead and the sampling it opens follow at once."""
+    monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
+    gate, _, _ = _gate(lead=None)
+    gate.lead = gate.max_lead = 2 * 10 - 8 + 10  # as if measured beyond the next bound
+    gate.set_sgd_steps_per_dataset(8)
+    assert gate.sgd_steps_per_dataset == 8
+    assert gate.max_lead == 2 * 10 - 8 and gate.lead == 12
+    gate.training_started(staged_trajectories=DATASET)
+    assert gate.sgd_steps_left == 8
+    # 8 steps left are within the lead of 12: the next dataset (two slots) may be sampled,
+    # where 16 steps left would have held it back.
+    assert gate.update(staged_trajectories=DATASET) == 2
+    fixed, _, _ = _gate(lead=30)
+    fixed.set_sgd_steps_per_dataset(8)
+    assert fixed.lead == 30  # a lead the user sets is theirs
+
+
+def test_more_steps_per_dataset_raise_the_bound_but_not_the_lead(monkeypatch):
+    monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
+    ledger = SamplerLedger(1, num_slots=6, num_policies=1)
+    gate = SamplingGate(ledger, 0, DATASET, ROWS, 4, None, clock=Clock())
+    assert gate.max_lead == 8  # the slots: two datasets of 4 steps
+    gate.lead = 3
+    gate.set_sgd_steps_per_dataset(8)
+    assert gate.max_lead == 12 and gate.lead == 3

@@ -118,6 +118,20 @@ def test_return_std_advantages_need_return_normalisation():
         make_config(advantage_scale="dataset")
 
 
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"early_num_epochs": 0}, "early_num_epochs: 0 must be >= 1 (or none)"),
+        ({"early_env_steps": -1}, "early_env_steps: -1 must be >= 0"),
+    ],
+)
+def test_early_epochs_settings_are_range_checked(overrides, message):
+    with pytest.raises(ConfigError) as info:
+        make_config(**overrides)
+    assert message in str(info.value)
+    assert make_config(early_num_epochs="none").early_num_epochs is None
+
+
 @pytest.mark.parametrize("bad", ["32,x", "", "32,,32", "1.5,2"])
 def test_bad_tuple_is_refused(bad):
     with pytest.raises(ConfigError, match="mlp_hidden_sizes"):

@@ -70,6 +70,8 @@ def test_atari_without_a_preset_gets_the_atari_ppo_recipe_not_cartpoles():
     )
     assert cfg.activation == "relu" and not cfg.with_vtrace
     assert cfg.learning_rate != Config().learning_rate  # not CartPole's
+    # Two epochs over the first 1M frames: Breakout's 10 by 0.5M frames.
+    assert (cfg.early_num_epochs, cfg.early_env_steps) == (2, 1_000_000)
 
 
 def test_flags_win_over_the_preset_which_wins_over_the_family():
