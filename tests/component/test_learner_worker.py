@@ -34,8 +34,8 @@ from sampleforge.models.factory import make_actor_critic
 class Neighbours:
     """The queues and buffers around one learner, and helpers to play its neighbours."""
 
-    def __init__(self, tmp_path):
-        self.cfg = make_config(
+    def __init__(self, tmp_path, **overrides):
+        settings = dict(
             env="CartPole-v1",
             num_workers=1,
             num_envs_per_worker=4,
@@ -48,6 +48,7 @@ class Neighbours:
             seed=0,
             train_dir=str(tmp_path),
         )
+        self.cfg = make_config(**{**settings, **overrides})
         info = env_info("CartPole-v1")
         model = make_actor_critic(self.cfg, info.observation_space, info.action_space)
         self.buffer = SharedTrajectoryBuffer(
@@ -125,6 +126,19 @@ def test_trains_a_complete_dataset_publishes_every_sgd_step_and_returns_the_slot
     assert learner.weights[0].version == sgd_steps
     assert training.env_steps == learner.cfg.dataset_size
     assert sorted(receive(learner.free, 0.1)) == [m.slot for m in dataset]
+
+
+def test_early_epochs_train_the_first_datasets_longer_and_the_gate_follows(tmp_path):
+    learner = Neighbours(tmp_path, early_num_epochs=3, early_env_steps=64)
+    assert learner.worker.gate.sgd_steps_per_dataset == 3
+    receive(learner.reports, 0.1)
+    versions = []
+    for _ in range(2):
+        reports = learner.run([Resume(), *learner.a_dataset()])
+        (training,) = [r for r in reports if isinstance(r, TrainingReport)]
+        versions.append(training.policy_version)
+        assert learner.worker.gate.sgd_steps_per_dataset == 2  # 64 env steps trained on
+    assert versions == [3, 3 + 2]
 
 
 def test_an_incomplete_dataset_waits(learner):

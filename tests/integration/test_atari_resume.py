@@ -24,6 +24,7 @@ def _cfg(tmp_path, steps):
         batch_size=128,
         num_batches_per_epoch=1,
         num_epochs=1,
+        early_num_epochs=None,
         device="cpu",
         seed=3,
         report_every_sec=30,

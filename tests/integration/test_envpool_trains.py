@@ -44,7 +44,9 @@ def test_envpool_breakout_trains_a_few_thousand_steps(tmp_path):
         preset="atari",
         num_workers=1,
         num_envs_per_worker=8,
-        num_epochs=1,  # one pass over each 1,024-step (4,096-frame) dataset keeps the test short
+        # One pass over each 1,024-step (4,096-frame) dataset keeps the test short.
+        num_epochs=1,
+        early_num_epochs=None,
         train_for_env_steps=8_000,
         device="cpu",
         train_dir=str(tmp_path),
