@@ -99,8 +99,8 @@ class Learner:
 
     # --- training -------------------------------------------------------------------------------
     def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
-        """`num_epochs` (or `early_num_epochs`) passes of minibatch SGD over `data`; returns averaged
-        statistics."""
+        """`num_epochs` passes of minibatch SGD over `data` (`early_num_epochs` over a run's first
+        `early_env_steps`); returns averaged statistics."""
         if self.model.normalized_keys:
             self.model.update_normalizer({k: v[:-1].flatten(0, 1) for k, v in data.obs.items()})
         self._set_learning_rate()
