@@ -108,7 +108,9 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     # the first 1M frames only (`early_num_epochs`, 2026-11-28, seeds 1-3 in one session,
     # interleaved with the family without them): 10 at 0.46M, 0.44M and 0.49M frames (without:
     # 0.71M, 0.72M, 0.63M), 20 at 1.20M, 1.19M and 1.19M (1.70M, 1.61M, 1.67M), in the same
-    # minutes (20 in 4.8-5.1 against 4.6-5.2): the learner-bound stretch is short.
+    # minutes (20 in 4.8-5.2 against 4.6-5.2): the learner-bound stretch is short. Pong seeds
+    # 1-3 with them: 10 at 1.97M, 1.34M and 1.85M frames (without: 2.76M, 1.92M, 2.23M), and
+    # 20.62, 19.90 and 20.25 at 10M frames.
     "atari": {
         "rollout": 128,
         "batch_size": 256,
