@@ -63,8 +63,8 @@ _SF_BREAKOUT_SEED2 = Reference(
 
 # The same with seed 1 (2026-11-28, `--seed=1 --train_for_env_steps=2000000`, then resumed to
 # 2.86M frames), on the fast 2-core machine of the family's 10M-frame Breakout runs, which ran it
-# at 1,461-1,486 frames/s: 15.1 at 2M frames (22.9 min), so the time to 20 spans the resume (its
-# start-up excluded); the mean over the last 100 episodes starts afresh at the resume.
+# at 1,461-1,486 frames/s: 15.1 at 2M frames (22.9 min), so the time to 20 spans the resume (both
+# start-ups included); the mean over the last 100 episodes starts afresh at the resume.
 _SF_BREAKOUT_SEED1_FAST = Reference(
     "Sample Factory 2.1.1 seed 1, the fast 2-core machine",
     "k<",
