@@ -16,7 +16,10 @@ network's outputs on it), and the loss reads as the papers do:
     advantages, targets = V-trace or GAE on the rollout     (_advantages_and_targets)
     policy  = PPO clipped surrogate or -log pi * advantage  (_policy_loss)
     value   = (V(x_t) - target)^2 / 2                       (value_loss)
-    total   = policy + value_loss_coeff * value - entropy_coeff * entropy
+    total   = policy + value_loss_coeff * value + entropy_coeff * exploration
+
+where ``exploration`` is -entropy (the entropy bonus) or, with ``exploration_loss``
+"symmetric_kl", the symmetric KL divergence of the policy to the uniform distribution.
 
 Return normalisation (``value_normalizer``): the critic predicts values in units of running
 statistics of the value targets. Advantages and targets are computed in reward units (the
@@ -48,6 +51,7 @@ from sampleforge.algo.vtrace import MAX_LOG_RATIO, importance_ratio, vtrace_targ
 
 ALGORITHMS = ("appo", "impala", "a3c")
 ADVANTAGE_SCALES = ("minibatch", "return_std")
+EXPLORATION_LOSSES = ("entropy", "symmetric_kl")
 
 
 def check_algorithm(algorithm: str) -> None:
@@ -100,7 +104,11 @@ class LossSettings:
     value_loss_coeff: float = 0.5
     """Weight of the value loss in the total."""
     entropy_coeff: float = 0.003
-    """Weight of the entropy bonus in the total."""
+    """Weight of the exploration term (the entropy bonus, or the KL to uniform) in the total."""
+    exploration_loss: str = "entropy"
+    """entropy: the bonus -H(pi); symmetric_kl: (KL(pi || U) + KL(U || pi)) / 2 to the uniform
+    policy U (Sample Factory's choice for Doom). They agree near U; the KL's pull back does not
+    vanish as the policy turns deterministic, where the entropy's does (categorical only)."""
     normalize_advantages: bool = True
     """Bring policy advantages to unit scale, as ``advantage_scale`` says."""
     advantage_scale: str = "minibatch"
@@ -123,6 +131,11 @@ class LossSettings:
             raise ValueError(f"ppo_dual_clip must be > 1 or None, got {self.ppo_dual_clip}")
         if self.value_clip is not None and self.value_clip <= 0.0:
             raise ValueError(f"value_clip must be > 0 or None, got {self.value_clip}")
+        if self.exploration_loss not in EXPLORATION_LOSSES:
+            raise ValueError(
+                f"exploration_loss must be one of {', '.join(EXPLORATION_LOSSES)}, "
+                f"got {self.exploration_loss!r}"
+            )
         if self.advantage_scale not in ADVANTAGE_SCALES:
             raise ValueError(
                 f"advantage_scale must be one of {', '.join(ADVANTAGE_SCALES)}, "
@@ -140,7 +153,7 @@ class LossOutput:
     """Result of :func:`actor_critic_loss`."""
 
     total: Tensor
-    """Scalar to minimise: policy + value_loss_coeff * value - entropy_coeff * entropy."""
+    """Scalar to minimise: policy + value_loss_coeff * value + entropy_coeff * exploration."""
     policy_loss: Tensor
     """Scalar policy term (PPO surrogate or plain policy gradient)."""
     value_loss: Tensor
@@ -148,7 +161,8 @@ class LossOutput:
     entropy: Tensor
     """Scalar mean policy entropy over valid samples (positive; the bonus is its negation)."""
     metrics: dict[str, float] = field(default_factory=dict)
-    """Diagnostics: approx_kl, clip_fraction, mean_rho, mean_advantage, explained_variance."""
+    """Diagnostics: approx_kl, clip_fraction, mean_rho, mean_advantage, explained_variance
+    (and uniform_kl with the symmetric_kl exploration loss)."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +190,9 @@ class Rollout:
     truncations are bootstrapped by the rollout worker, see docs/custom_env.md)."""
     valids: Tensor | None = None
     """0/1 mask of the samples to learn from (None: all)."""
+    uniform_kl: Tensor | None = None
+    """Symmetric KL of pi(.|x_t) to the uniform policy (with grad); needed by the
+    symmetric_kl exploration loss."""
 
     def check_shapes(self) -> None:
         """Raise ValueError unless per-step tensors are [T, B] and value tensors [T + 1, B]."""
@@ -192,8 +209,9 @@ class Rollout:
             "values": (steps + 1, batch),
             "behaviour_values": (steps + 1, batch),
         }
-        if self.valids is not None:
-            expected["valids"] = (steps, batch)
+        for name in ("valids", "uniform_kl"):
+            if getattr(self, name) is not None:
+                expected[name] = (steps, batch)
         for name, shape in expected.items():
             got = tuple(getattr(self, name).shape)
             if got != shape:
@@ -227,6 +245,7 @@ def actor_critic_loss(
         targets=targets,
         valids=rollout.valids,
         value_normalizer=value_normalizer,
+        uniform_kl=rollout.uniform_kl,
     )
 
 
@@ -264,12 +283,14 @@ def loss_from_advantages(
     targets: Tensor,
     valids: Tensor | None = None,
     value_normalizer: ValueNormalizer | None = None,
+    uniform_kl: Tensor | None = None,
 ) -> LossOutput:
-    """Policy, value and entropy terms given advantages and value targets.
+    """Policy, value and exploration terms given advantages and value targets.
 
     Every tensor is [T, B] (or any matching shape, e.g. [1, N] for N single samples):
     ``values`` the current network's (normalised under ``value_normalizer``, with grad),
-    ``behaviour_values`` in reward units, ``advantages`` before normalisation.
+    ``behaviour_values`` in reward units, ``advantages`` before normalisation; ``uniform_kl``
+    is needed by the symmetric_kl exploration loss only.
     """
     value_estimates = values
     if value_normalizer is not None:
@@ -294,11 +315,21 @@ def loss_from_advantages(
         valids=valids,
     )
     mean_entropy = -entropy_loss(entropy, valids)
-    total = policy + settings.value_loss_coeff * critic - settings.entropy_coeff * mean_entropy
+    exploration = -mean_entropy
+    if settings.exploration_loss == "symmetric_kl":
+        if uniform_kl is None:
+            raise ValueError(
+                "exploration_loss 'symmetric_kl' needs the policy's KL to uniform "
+                "(categorical actions only)"
+            )
+        exploration = masked_mean(uniform_kl, valids)
+    total = policy + settings.value_loss_coeff * critic + settings.entropy_coeff * exploration
 
     metrics = _metrics(
         settings, log_probs, behaviour_log_probs, advantages, value_estimates, targets, valids
     )
+    if settings.exploration_loss == "symmetric_kl":
+        metrics["uniform_kl"] = float(exploration.detach())
     return LossOutput(
         total=total, policy_loss=policy, value_loss=critic, entropy=mean_entropy, metrics=metrics
     )

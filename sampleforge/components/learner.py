@@ -49,6 +49,7 @@ def loss_settings(cfg: Config) -> LossSettings:
         value_clip=cfg.value_clip,
         value_loss_coeff=cfg.value_loss_coeff,
         entropy_coeff=cfg.entropy_coeff,
+        exploration_loss=cfg.exploration_loss,
         normalize_advantages=cfg.normalize_advantages,
         advantage_scale=cfg.advantage_scale,
     )
@@ -220,6 +221,7 @@ class Learner:
         rollout = Rollout(
             log_probs=out.log_probs[:-1],
             entropy=out.entropy[:-1],
+            uniform_kl=None if out.uniform_kl is None else out.uniform_kl[:-1],
             values=out.normalized_values,
             behaviour_log_probs=batch.log_probs[:-1],
             behaviour_values=behaviour_values,
@@ -282,6 +284,7 @@ class Learner:
             targets=batch.targets.unsqueeze(0),
             valids=valids.unsqueeze(0),
             value_normalizer=self.model.returns_normalizer,
+            uniform_kl=out.uniform_kl,
         )
 
     def _sgd_step(self, compute_loss: Callable[[], LossOutput]) -> dict[str, float]:

@@ -29,6 +29,7 @@ EncoderName = str
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
 AdvantageScale = Literal["minibatch", "return_std"]
+ExplorationLoss = Literal["entropy", "symmetric_kl"]
 InitScheme = Literal["ppo", "unit", "unit_uniform"]
 RestartBehavior = Literal["resume", "overwrite"]
 EnvErrorPolicy = Literal["restart", "fail"]
@@ -281,7 +282,16 @@ class Config:
         "learner",
     )
     value_loss_coeff: float = option(0.5, "Critic loss coefficient.", "learner")
-    entropy_coeff: float = option(0.003, "Entropy bonus coefficient.", "learner")
+    entropy_coeff: float = option(
+        0.003, "Weight of the exploration term (see exploration_loss).", "learner"
+    )
+    exploration_loss: ExplorationLoss = option(
+        "entropy",
+        "What entropy_coeff weighs: entropy, the bonus -H(pi); symmetric_kl, the symmetric KL "
+        "of pi to the uniform policy (Sample Factory's Doom setting; discrete actions only), "
+        "which pulls a policy that turns deterministic back where the entropy's pull vanishes.",
+        "learner",
+    )
     normalize_advantages: bool = option(
         True, "Normalise advantages (see advantage_scale).", "learner"
     )

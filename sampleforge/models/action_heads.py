@@ -4,7 +4,8 @@ Responsible for: the categorical head for Discrete / MultiDiscrete / Tuple(Discr
 (independent categorical sub-heads; log-prob and entropy summed over sub-heads) and the diagonal
 Gaussian head for Box spaces (state-independent learned log-std, initialised at 0), plus
 ``make_action_head``. Every distribution exposes ``sample``, ``mode``, ``log_prob`` and
-``entropy`` over a flat action batch ``[N, A]`` whose dtype matches ``spaces.action_spec``.
+``entropy`` over a flat action batch ``[N, A]`` whose dtype matches ``spaces.action_spec``; the
+categorical one also ``symmetric_kl_to_uniform`` (the ``symmetric_kl`` exploration loss).
 
 Must not: clip or convert actions for the environment (``spaces.actions_to_env`` does that),
 compute values, or contain loss logic.
@@ -64,6 +65,22 @@ class MultiCategoricalDistribution:
     def entropy(self) -> torch.Tensor:
         """Summed entropy over sub-heads [N]."""
         per_head = [-(lp.exp() * lp).sum(dim=-1) for lp in self.log_probs]
+        return torch.stack(per_head, dim=-1).sum(dim=-1)
+
+    def symmetric_kl_to_uniform(self) -> torch.Tensor:
+        """(KL(pi || U) + KL(U || pi)) / 2 per sub-head, summed over sub-heads [N].
+
+        U is the uniform distribution over the head's n actions. Near U it equals
+        log n - H(pi) to second order, so it pushes as an entropy bonus does; but its
+        gradient does not vanish as pi becomes deterministic, since KL(U || pi) =
+        -log n - mean_a log pi(a) grows without bound as any pi(a) goes to 0.
+        """
+        per_head = []
+        for size, lp in zip(self.sizes, self.log_probs, strict=True):
+            log_uniform = -math.log(size)
+            kl_pi_u = (lp.exp() * (lp - log_uniform)).sum(dim=-1)
+            kl_u_pi = (log_uniform - lp).mean(dim=-1)
+            per_head.append(0.5 * (kl_pi_u + kl_u_pi))
         return torch.stack(per_head, dim=-1).sum(dim=-1)
 
 

@@ -23,7 +23,11 @@ import torch
 from torch import nn
 
 from sampleforge import spaces
-from sampleforge.models.action_heads import make_action_head
+from sampleforge.models.action_heads import (
+    DiagGaussianDistribution,
+    MultiCategoricalDistribution,
+    make_action_head,
+)
 from sampleforge.models.cores import Core, make_core
 from sampleforge.models.encoders import Encoder, make_encoder
 from sampleforge.models.init_schemes import apply_init_scheme, orthogonal_init
@@ -63,6 +67,8 @@ class EvaluateOutput(NamedTuple):
     values: torch.Tensor  # [T, B], in reward units, as ``ActOutput.values``
     normalized_values: torch.Tensor  # [T, B], the value head's own output (== values when
     # normalize_returns is off); the learner's value loss regresses this one
+    uniform_kl: torch.Tensor | None = None  # [T, B], symmetric KL of pi to the uniform
+    # distribution (categorical actions only; None for Box actions)
 
 
 class ActorCritic(nn.Module):
@@ -266,4 +272,15 @@ class ActorCritic(nn.Module):
             entropy=dist.entropy().reshape(time, batch),
             values=self.denormalize_values(normalized_values),
             normalized_values=normalized_values,
+            uniform_kl=_uniform_kl(dist, time, batch),
         )
+
+
+def _uniform_kl(
+    dist: MultiCategoricalDistribution | DiagGaussianDistribution, time: int, batch: int
+) -> torch.Tensor | None:
+    """[T, B] symmetric KL of a categorical policy to the uniform one; None for a Gaussian,
+    which has no uniform distribution to compare with."""
+    if isinstance(dist, MultiCategoricalDistribution):
+        return dist.symmetric_kl_to_uniform().reshape(time, batch)
+    return None

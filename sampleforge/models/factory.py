@@ -51,7 +51,8 @@ def make_actor_critic(
 def check_model_fits_env(cfg: Config, env) -> None:
     """Build the model once before any process starts: an unknown encoder, or a model setting
     that cannot work with the env's spaces (e.g. a conv encoder on vector observations), is a
-    config error; so is a registered encoder that worker processes could not receive."""
+    config error; so is a registered encoder that worker processes could not receive, or the
+    symmetric_kl exploration loss on Box actions."""
     try:
         make_actor_critic(cfg, env.observation_space, env.action_space)
     except ConfigError:
@@ -63,6 +64,13 @@ def check_model_fits_env(cfg: Config, env) -> None:
                 f"(observations {env.observation_space}): {e}"
             ]
         ) from None
+    if cfg.exploration_loss == "symmetric_kl" and isinstance(env.action_space, gym.spaces.Box):
+        raise ConfigError(
+            [
+                f"exploration_loss 'symmetric_kl' compares the policy with the uniform one, "
+                f"which Box actions do not have (env {cfg.env!r}); use exploration_loss entropy"
+            ]
+        )
     problem = None if cfg.serial_mode else check_encoder_sendable(cfg.encoder)
     if problem:
         raise ConfigError([problem])

@@ -78,11 +78,18 @@ def _basic(name: str, cfg_file: str, description: str) -> DoomScenario:
     return DoomScenario(name=name, cfg_file=cfg_file, description=description)
 
 
+def _hud_observed(name: str, cfg_file: str, description: str) -> DoomScenario:
+    # The .cfg hides the HUD from the screen but offers health (and ammunition) as game
+    # variables. Without them the critic cannot see a medkit's worth until the death it delays,
+    # ~100 steps later, nor how many rounds are left (docs/benchmarks.md, VizDoom).
+    return DoomScenario(name=name, cfg_file=cfg_file, description=description, measurements=True)
+
+
 DOOM_SCENARIOS: dict[str, DoomScenario] = {
     scenario.name: scenario
     for scenario in (
         _basic("doom_basic", "basic.cfg", "shoot the monster in front of you (300 tics)"),
-        _basic(
+        _hud_observed(
             "doom_defend_the_center",
             "defend_the_center.cfg",
             "turn in the centre of a round room and shoot approaching monsters",
@@ -92,12 +99,12 @@ DOOM_SCENARIOS: dict[str, DoomScenario] = {
             "defend_the_line.cfg",
             "turn and shoot monsters approaching from the far side of a room",
         ),
-        _basic(
+        _hud_observed(
             "doom_health_gathering",
             "health_gathering.cfg",
             "collect medikits on an acid floor to stay alive",
         ),
-        _basic(
+        _hud_observed(
             "doom_health_gathering_supreme",
             "health_gathering_supreme.cfg",
             "health gathering in a maze with poison vials to avoid",

@@ -397,3 +397,36 @@ def test_return_std_needs_a_value_normaliser_and_the_scale_is_checked() -> None:
         )
     with pytest.raises(ValueError, match="advantage_scale.*'dataset'"):
         LossSettings(algorithm="appo", advantage_scale="dataset")
+
+
+SYMMETRIC_KL = LossSettings(algorithm="appo", exploration_loss="symmetric_kl", entropy_coeff=0.01)
+
+
+def test_symmetric_kl_replaces_the_entropy_bonus_in_the_total() -> None:
+    batch = make_batch(3)
+    uniform_kl = (torch.rand(T, B, generator=torch.Generator().manual_seed(3)) * 2).requires_grad_()
+    out = actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=uniform_kl, **batch))
+    expected = out.policy_loss + 0.5 * out.value_loss + 0.01 * uniform_kl.mean()
+    torch.testing.assert_close(out.total, expected)
+    assert out.metrics["uniform_kl"] == pytest.approx(float(uniform_kl.detach().mean()))
+    out.total.backward()
+    assert uniform_kl.grad is not None
+    torch.testing.assert_close(uniform_kl.grad, torch.full((T, B), 0.01 / (T * B)))
+
+
+def test_symmetric_kl_masks_invalid_steps_and_needs_the_kl() -> None:
+    batch = make_batch(4)
+    valids = torch.ones(T, B)
+    valids[:, 0] = 0.0
+    kl = torch.rand(T, B)
+    base = actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=kl, valids=valids, **batch))
+    kl_changed = kl.clone()
+    kl_changed[:, 0] = 100.0
+    masked = actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=kl_changed, valids=valids, **batch))
+    torch.testing.assert_close(masked.total, base.total)
+    with pytest.raises(ValueError, match="symmetric_kl"):
+        actor_critic_loss(SYMMETRIC_KL, Rollout(**batch))
+    with pytest.raises(ValueError, match="uniform_kl must be"):
+        actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=torch.rand(T, B + 1), **batch))
+    with pytest.raises(ValueError, match="exploration_loss.*'kl'"):
+        LossSettings(algorithm="appo", exploration_loss="kl")

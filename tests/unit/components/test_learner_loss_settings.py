@@ -21,6 +21,7 @@ def test_every_loss_setting_is_read_from_the_config() -> None:
         value_clip=0.4,
         value_loss_coeff=0.7,
         entropy_coeff=0.02,
+        exploration_loss="symmetric_kl",
         normalize_advantages=False,
         advantage_scale="return_std",
         normalize_returns=True,

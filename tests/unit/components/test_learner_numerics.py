@@ -6,7 +6,6 @@ import gymnasium as gym
 import pytest
 import torch
 
-from sampleforge.components.batcher import Dataset
 from sampleforge.components.learner import Learner, NonFiniteTrainingError
 from sampleforge.config import make_config
 
@@ -17,22 +16,6 @@ ACT = gym.spaces.Discrete(2)
 def _learner(**overrides) -> Learner:
     cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=1, **overrides)
     return Learner(cfg, OBS, ACT, torch.device("cpu"))
-
-
-def _dataset(T=9, B=4, reward=0.0) -> Dataset:
-    g = torch.Generator().manual_seed(0)
-    return Dataset(
-        obs={"obs": torch.rand(T, B, 4, generator=g)},
-        actions=torch.randint(0, 2, (T, B, 1), generator=g),
-        rnn_states=torch.zeros(T, B, 0),
-        rewards=torch.full((T, B), reward),
-        dones=torch.zeros(T, B),
-        valids=torch.ones(T, B),
-        log_probs=torch.full((T, B), -0.69),
-        values=torch.zeros(T, B),
-        policy_versions=torch.zeros(T, B, dtype=torch.int64),
-        policy_ids=torch.zeros(T, B, dtype=torch.int32),
-    )
 
 
 def _state(learner: Learner) -> dict:
@@ -60,30 +43,30 @@ def _flatten(d, prefix=""):
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_non_finite_update_is_skipped_leaving_everything_untouched(bad):
+def test_non_finite_update_is_skipped_leaving_everything_untouched(make_dataset, bad):
     learner = _learner()
-    learner.train(_dataset(), lambda: None)  # optimizer state exists now
+    learner.train(make_dataset(), lambda: None)  # optimizer state exists now
     before, version = _state(learner), learner.policy_version
-    stats = learner.train(_dataset(reward=bad), lambda: None)
+    stats = learner.train(make_dataset(reward=bad), lambda: None)
     assert _same(before, _state(learner))
     assert learner.policy_version == version
     assert learner.skipped_updates == 1
     assert stats["health/skipped_updates"] == 1.0
-    learner.train(_dataset(), lambda: None)  # a good update afterwards still happens
+    learner.train(make_dataset(), lambda: None)  # a good update afterwards still happens
     assert learner.policy_version == version + 1 and learner.consecutive_skips == 0
 
 
-def test_too_many_consecutive_skips_fail_with_a_clear_error():
+def test_too_many_consecutive_skips_fail_with_a_clear_error(make_dataset):
     learner = _learner(max_consecutive_skipped_updates=3)
     for _ in range(2):
-        learner.train(_dataset(reward=float("nan")), lambda: None)
+        learner.train(make_dataset(reward=float("nan")), lambda: None)
     with pytest.raises(NonFiniteTrainingError, match="3 SGD steps in a row"):
-        learner.train(_dataset(reward=float("nan")), lambda: None)
+        learner.train(make_dataset(reward=float("nan")), lambda: None)
 
 
-def test_masked_non_finite_rewards_do_not_poison_the_update():
+def test_masked_non_finite_rewards_do_not_poison_the_update(make_dataset):
     learner = _learner()
-    data = _dataset()
+    data = make_dataset()
     data.rewards[3, 1] = float("nan")
     data.valids[3, 1] = 0.0  # an env fault's transition: never trained on
     learner.train(data, lambda: None)
@@ -107,13 +90,13 @@ def test_checkpoint_of_another_model_gives_a_clear_error():
 
 
 @pytest.mark.gpu
-def test_sgd_steps_on_cuda_match_the_same_steps_on_the_cpu():
+def test_sgd_steps_on_cuda_match_the_same_steps_on_the_cpu(make_dataset):
     cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=2)
     torch.manual_seed(0)
     on_cpu = Learner(cfg, OBS, ACT, torch.device("cpu"))
     on_cuda = Learner(cfg, OBS, ACT, torch.device("cuda"))
     on_cuda.load_state_dict(on_cpu.state_dict())
-    data = _dataset(reward=1.0)
+    data = make_dataset(reward=1.0)
     stats_cpu = on_cpu.train(data, lambda: None)
     stats_cuda = on_cuda.train(data.to(torch.device("cuda")), lambda: None)
     assert on_cuda.policy_version == on_cpu.policy_version == 2

@@ -361,12 +361,44 @@ def test_basic_noop_episode_times_out_after_300_tics_at_frameskip_4() -> None:
 
 
 @needs_vizdoom
+@pytest.mark.parametrize("name", ["doom_health_gathering", "doom_health_gathering_supreme"])
+def test_gathering_scenarios_observe_the_health_the_acid_takes(name: str) -> None:
+    """The .cfg hides the HUD from the screen; the measurements give the agent its health."""
+    env = make_env(name)
+    health = MEASUREMENT_NAMES.index("HEALTH")
+    try:
+        obs, _ = env.reset(seed=0)
+        first = float(obs["measurements"][health])
+        for _ in range(30):
+            obs, *_ = env.step(0)  # no-op: stand on the acid
+        assert 0.0 < float(obs["measurements"][health]) < first <= 1.0
+    finally:
+        env.close()
+    assert DOOM_SCENARIOS["doom_defend_the_center"].measurements  # it hides its ammunition
+    assert not DOOM_SCENARIOS["doom_basic"].measurements
+
+
+@needs_vizdoom
+def test_defend_the_center_observes_the_rounds_it_has_left() -> None:
+    env = make_env("doom_defend_the_center")
+    ammo = MEASUREMENT_NAMES.index("AMMO2")
+    try:
+        obs, _ = env.reset(seed=0)
+        first = float(obs["measurements"][ammo])
+        for _ in range(8):
+            obs, *_ = env.step(3)  # ATTACK
+        assert 0.0 < float(obs["measurements"][ammo]) < first
+    finally:
+        env.close()
+
+
+@needs_vizdoom
 def test_same_seed_gives_the_same_frames() -> None:
     def frames(seed: int) -> list[float]:
         env = make_env("doom_defend_the_center")
         try:
             env.reset(seed=seed)
-            return [float(env.step(step % 4)[0].sum()) for step in range(20)]
+            return [float(env.step(step % 4)[0]["obs"].sum()) for step in range(20)]
         finally:
             env.close()
 

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from torch.distributions import Categorical, Normal
+from torch.distributions import Categorical, Normal, kl_divergence
 
 from sampleforge.models.action_heads import (
     CategoricalActionHead,
@@ -55,6 +55,39 @@ def test_categorical_matches_independent_torch_categoricals(name: str) -> None:
     torch.testing.assert_close(dist.entropy(), expected_ent)
     expected_mode = torch.stack([chunk.argmax(-1) for chunk in logits], dim=-1)
     assert torch.equal(dist.mode(), expected_mode)
+
+
+@pytest.mark.parametrize("name", ["discrete", "multidiscrete", "tuple"])
+def test_symmetric_kl_to_uniform_matches_torch_kl_per_head(name: str) -> None:
+    head = make_action_head(SPACES[name], H)
+    features = torch.randn(N, H) * 3.0
+    dist = head(features)
+    logits = head.linear(features).split(head.sizes, dim=-1)
+    expected = torch.zeros(N)
+    for chunk in logits:
+        pi = Categorical(logits=chunk)
+        uniform = Categorical(logits=torch.zeros_like(chunk))
+        expected += 0.5 * (kl_divergence(pi, uniform) + kl_divergence(uniform, pi))
+    torch.testing.assert_close(dist.symmetric_kl_to_uniform(), expected)
+
+
+def test_symmetric_kl_keeps_pulling_where_the_entropy_stops() -> None:
+    """On a policy close to deterministic, the entropy's gradient on the neglected logits
+    nearly vanishes; the KL to uniform still pulls them up by about (1/n) / 2 each."""
+    head = CategoricalActionHead(1, [4])
+    with torch.no_grad():
+        head.linear.weight.zero_()
+        head.linear.bias.copy_(torch.tensor([12.0, 0.0, 0.0, 0.0]))
+    dist = head(torch.zeros(1, 1))
+    (entropy_grad,) = torch.autograd.grad(-dist.entropy().sum(), head.linear.bias)
+    dist = head(torch.zeros(1, 1))
+    (kl_grad,) = torch.autograd.grad(dist.symmetric_kl_to_uniform().sum(), head.linear.bias)
+    assert entropy_grad[1:].abs().max() < 1e-3
+    torch.testing.assert_close(kl_grad[1:], torch.full((3,), -0.125), atol=1e-3, rtol=0)
+    with torch.no_grad():
+        assert float(head(torch.zeros(1, 1)).symmetric_kl_to_uniform()) > 1.0
+        head.linear.bias.zero_()
+        assert float(head(torch.zeros(1, 1)).symmetric_kl_to_uniform()) == pytest.approx(0.0)
 
 
 def test_categorical_samples_follow_the_logits() -> None:

@@ -104,7 +104,10 @@ def _check_act_and_evaluate(obs_space, action_space, rnn_type: str, shared: bool
         random_obs(obs_space, time, batch), torch.zeros(batch, state_size), episode_starts, actions
     )
     assert isinstance(ev, EvaluateOutput)
+    assert (ev.uniform_kl is None) == isinstance(action_space, gym.spaces.Box)
     for tensor in ev:
+        if tensor is None:
+            continue
         assert tensor.shape == (time, batch) and tensor.dtype == torch.float32
         assert torch.isfinite(tensor).all()
     (ev.log_probs.mean() + ev.entropy.mean() + ev.values.mean()).backward()

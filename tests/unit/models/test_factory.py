@@ -1,0 +1,27 @@
+"""check_model_fits_env: model settings that cannot work with an env's spaces are config errors."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from sampleforge.config import ConfigError, make_config
+from sampleforge.models.factory import check_model_fits_env
+
+VECTOR_OBS = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+def _env(action_space: gym.Space) -> SimpleNamespace:
+    return SimpleNamespace(observation_space=VECTOR_OBS, action_space=action_space)
+
+
+def test_symmetric_kl_exploration_needs_discrete_actions() -> None:
+    cfg = make_config(env="Pendulum-v1", exploration_loss="symmetric_kl", serial_mode=True)
+    with pytest.raises(ConfigError, match="symmetric_kl.*Box actions.*'Pendulum-v1'"):
+        check_model_fits_env(cfg, _env(gym.spaces.Box(-2.0, 2.0, (1,), np.float32)))
+    check_model_fits_env(cfg, _env(gym.spaces.Discrete(3)))
+    entropy = make_config(env="Pendulum-v1", serial_mode=True)
+    check_model_fits_env(entropy, _env(gym.spaces.Box(-2.0, 2.0, (1,), np.float32)))
