@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sampleforge.cli.signals import exit_code_of
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 from sampleforge.telemetry.learning_curves import RETURN, first_reach, read_run
@@ -126,6 +128,9 @@ def train_seed(
     )
     with Runner(cfg) as runner:
         runner.train()
+        if runner.stop_signal is not None:  # Ctrl-C or SIGTERM ends the benchmark, not one seed
+            print(f"interrupted in seed {seed}: its run is in {runner.exp.path}", file=sys.stderr)
+            raise SystemExit(exit_code_of(runner.stop_signal))
         return runner.exp.path
 
 

@@ -12,6 +12,7 @@ import argparse
 import statistics
 import tempfile
 
+from sampleforge.cli.signals import exit_code_of
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 
@@ -29,6 +30,8 @@ def run_once(env: str, target: float, seed: int, serial: bool, budget: int) -> d
         )
         with Runner(cfg) as runner:
             s = runner.train()
+            if runner.stop_signal is not None:  # Ctrl-C ends the benchmark, not one seed
+                raise SystemExit(exit_code_of(runner.stop_signal))
     return {
         "seed": seed,
         "mode": "serial" if serial else "async",

@@ -15,6 +15,12 @@ EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}
 _received: int | None = None
 
 
+def exit_code_of(stop_signal: int | None) -> int:
+    """The exit code of a run that `stop_signal` stopped: 130 (SIGINT), 143 (SIGTERM), or 0
+    when no signal stopped it."""
+    return 0 if stop_signal is None else EXIT_CODES.get(stop_signal, 1)
+
+
 def _remember(signum: int, frame: FrameType | None) -> None:
     global _received
     _received = signum

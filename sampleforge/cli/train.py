@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
-from sampleforge.cli.signals import early_exit_code
+from sampleforge.cli.signals import early_exit_code, exit_code_of
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import add_config_arguments, add_switch, config_from_args
 from sampleforge.config.sources import describe_config
@@ -53,8 +52,4 @@ def run(args: argparse.Namespace) -> int:
         f"{summary.mean_return_last_100}"
     )
     print(f"experiment folder: {runner.exp.path}  (summary.json, progress.csv, tb/, checkpoints/)")
-    if runner.stop_signal == signal.SIGINT:
-        return 130
-    if runner.stop_signal == signal.SIGTERM:
-        return 143
-    return 0
+    return exit_code_of(runner.stop_signal)

@@ -9,6 +9,10 @@ components once; a spawned process would import them again, 2-3 CPU-seconds each
 never touches CUDA, so each child starts CUDA for itself, as a spawned one would. What a spawned
 child inherits from the caller at its start (environment variables, stdout and stderr) the
 forked one gets from the caller too (`component_process.InheritedState`), not from the server.
+
+Each child leads its own process group, which the host kills once the child has ended, and a
+`GroupGuard` kills if the caller dies first: no process an env starts outlives its worker
+(`group_guard.py`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from sampleforge.comms.component_process import (
     component_main,
     report_failure,
 )
+from sampleforge.comms.group_guard import GroupGuard, end_group
 from sampleforge.comms.messages import ComponentStarted
 
 log = logging.getLogger(__name__)
@@ -112,6 +117,9 @@ class ProcessHost:
         self._on_exit = on_exit
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()  # set: the watcher ends when all have ended
+        self._guard: GroupGuard | None = None
+        self._ended_groups: set[int] = set()  # each at most once: its number may be reused
+        self._groups_lock = threading.RLock()  # the watcher ends groups too; and a 2nd Ctrl-C
 
     def start(self, spec: ComponentSpec) -> None:
         """Start `spec`'s component; a dead process of the same name is reaped and replaced."""
@@ -119,11 +127,15 @@ class ProcessHost:
         if old is not None:
             old.join(1.0)
         args = (spec.name, spec.build, spec.kwargs, self.report_queue, spec.torch_threads)
+        if self._guard is None:
+            self._guard = GroupGuard()
         with _child_environment():
-            self.processes[spec.name] = self._start_process(spec.name, args)
-        if self._on_exit is not None and self._watcher is None:
+            process = self._start_process(spec.name, args)
+        self.processes[spec.name] = process
+        self._guard.watch(process.pid)  # the child makes its group (pgid = pid) first thing
+        if self._watcher is None:
             self._watcher = threading.Thread(
-                target=self._watch_exits, args=(self._on_exit,), name="exit-watcher", daemon=True
+                target=self._watch_exits, name="exit-watcher", daemon=True
             )
             self._watcher.start()
 
@@ -144,7 +156,17 @@ class ProcessHost:
                     raise
         raise AssertionError("unreachable: spawning raises or returns")
 
-    def _watch_exits(self, on_exit: Callable[[str, int], None]) -> None:
+    def _end_group_of(self, process: Any) -> None:
+        """Kill what is left of an ended child's process group (what its envs started)."""
+        with self._groups_lock:
+            if process.pid in self._ended_groups:
+                return
+            self._ended_groups.add(process.pid)
+            end_group(process.pid)
+            if self._guard is not None:
+                self._guard.forget(process.pid)
+
+    def _watch_exits(self) -> None:
         seen: set[int] = set()
         while True:
             running = [p for p in list(self.processes.values()) if p.pid not in seen]
@@ -157,8 +179,11 @@ class ProcessHost:
             for process in running:
                 if process.sentinel in ended:
                     seen.add(process.pid)
+                    self._end_group_of(process)
+                    if self._on_exit is None:
+                        continue
                     try:
-                        on_exit(process.name, process.pid)
+                        self._on_exit(process.name, process.pid)
                     except Exception:  # noqa: BLE001 - the runner still sees the death itself
                         log.exception("handling the exit of %s failed", process.name)
 
@@ -181,6 +206,8 @@ class ProcessHost:
         if process.is_alive():
             process.kill()
         process.join(2.0)
+        if not process.is_alive():
+            self._end_group_of(process)
 
     def join_all(self, timeout: float) -> list[str]:
         """Wait for every process to exit; SIGTERM then SIGKILL the ones that don't.
@@ -201,6 +228,7 @@ class ProcessHost:
             if process.is_alive():
                 process.kill()
                 process.join(1.0)
+        self._end_groups()
         return forced
 
     def kill_all(self) -> None:
@@ -210,6 +238,16 @@ class ProcessHost:
                 process.kill()
         for process in self.processes.values():
             process.join(1.0)
+        self._end_groups()
+
+    def _end_groups(self) -> None:
+        """After the last join: end every child's group, and let the guard go."""
+        for process in self.processes.values():
+            if not process.is_alive():
+                self._end_group_of(process)
+        if self._guard is not None:
+            self._guard.close()  # it ends any group still watched: a child that would not die
+            self._guard = None
 
 
 def _load_time_variables() -> dict[str, str]:
@@ -226,7 +264,7 @@ def _fork_server_context(preload: Sequence[str]) -> Any:
         return None  # macOS and Windows: spawn, as their multiprocessing advises
     context = torch_mp.get_context("forkserver")
     # "__main__" as multiprocessing's default: a user's script is imported once, in the server.
-    context.set_forkserver_preload(["__main__", *preload])
+    context.set_forkserver_preload(["__main__", *preload, "sampleforge.comms.fork_server_group"])
     return context
 
 

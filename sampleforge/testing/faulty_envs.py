@@ -23,6 +23,11 @@ across env rebuilds: an env that is due to fault first claims the marker with
 The marker file holds JSON describing the firing (fault, worker, env, pid, step, wall time
 `time.time()`); read it with `read_marker(path)` to check where and when the fault fired.
 
+`helper_process_dir` (a folder) makes every env built in a worker process start a helper
+process (`sleep`), as envs that drive a simulator binary do (ViZDoom's engine), and record it
+there: a file named after the helper's pid, holding its worker's pid. `close()` stops it; a
+worker that dies without closing leaves it to the runner (`comms/group_guard.py`).
+
 Worker processes receive the resolved `EnvSpec` pickled, so the factory is a `functools.partial`
 of the top-level `make_faulty_env`; `register_faulty_env` does that for you:
 
@@ -40,6 +45,7 @@ import functools
 import json
 import multiprocessing
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -126,6 +132,7 @@ class FaultyEnv(gym.Env):
         only_worker: int | None = None,
         only_env: int | None = None,
         hang_seconds: float = 1000.0,
+        helper_process_dir: str | None = None,
         episode_length: int = 50,
         obs_size: int = 4,
         worker_index: int = 0,
@@ -152,6 +159,7 @@ class FaultyEnv(gym.Env):
         self.faults_fired = 0
         self._t = 0
         self._obs = np.zeros(obs_size, np.float32)
+        self._helper = _start_helper(helper_process_dir) if helper_process_dir else None
         if (
             fault == "raise_in_init_in_workers"
             and self._targeted
@@ -192,6 +200,12 @@ class FaultyEnv(gym.Env):
         terminated = self._t >= self.episode_length
         return obs, reward, terminated, False, {}
 
+    def close(self) -> None:
+        if self._helper is not None:
+            self._helper.kill()
+            self._helper.wait()
+            self._helper = None
+
     # --- faults ---------------------------------------------------------------------------------
     def _due(self) -> bool:
         if self.fault in ("none", "raise_in_init_in_workers") or not self._targeted:
@@ -221,6 +235,15 @@ class FaultyEnv(gym.Env):
 
     def _draw(self) -> np.ndarray:
         return self.np_random.uniform(-1.0, 1.0, self.observation_space.shape).astype(np.float32)
+
+
+def _start_helper(directory: str) -> subprocess.Popen | None:
+    """In a worker process: a long-lived child process, recorded in `directory`."""
+    if not _in_child_process():
+        return None
+    helper = subprocess.Popen(["sleep", "3600"])
+    (Path(directory) / str(helper.pid)).write_text(str(os.getpid()))
+    return helper
 
 
 def make_faulty_env(context: EnvContext, **fault_kwargs: Any) -> FaultyEnv:

@@ -1,8 +1,9 @@
 """Stopping a training run from outside, the ways users and machines do it.
 
-- Ctrl-C or SIGTERM in the middle of training: every process gone within 10 s, nothing new in
-  /dev/shm, a final checkpoint written, exit code 130 (SIGINT) or 143 (SIGTERM); the counters
-  of a resumed run continue exactly from it.
+- Ctrl-C or SIGTERM in the middle of training (SIGTERM to the runner or to its whole process
+  group): every process gone within 10 s, nothing new in /dev/shm, a final checkpoint written,
+  exit code 130 (SIGINT) or 143 (SIGTERM); the counters of a resumed run continue exactly from
+  it.
 - SIGINT at random moments, start-up included: the same, and the previous checkpoint intact.
 - A second Ctrl-C: hard exit within 2 s, no orphans.
 - SIGKILL of the runner: its children exit within 5 s; the next start of the same experiment
@@ -57,7 +58,9 @@ def _start(
         "--save_every_sec",
         "2",
     ]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(  # a session, so a process group, of its own
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def _wait_training(proc: subprocess.Popen, progress: Path, rows: int = 1) -> set[int]:
@@ -82,15 +85,26 @@ def _latest(checkpoints: Path) -> tuple[int, int] | None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("signum,exit_code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_stops_everything_cleanly_and_resume_continues_exactly(tmp_path, signum, exit_code):
+@pytest.mark.parametrize(
+    "signum,exit_code,to_group",
+    [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGTERM, 143, True)],
+    ids=["sigint", "sigterm", "sigterm_to_the_process_group"],
+)
+def test_signal_stops_everything_cleanly_and_resume_continues_exactly(
+    tmp_path, signum, exit_code, to_group
+):
     shm_before = set(os.listdir("/dev/shm"))
     proc = _start(tmp_path, "sig")
     children = _wait_training(proc, tmp_path / "sig" / "progress.csv", rows=2)
     assert len(children) >= 4, "components did not start"  # learner, inference, 2 workers
     checkpoints = tmp_path / "sig" / "checkpoints" / "p0"
     periodic_before = {p.name: checkpoint_info(p) for p in checkpoints.glob("checkpoint_*.pt")}
-    proc.send_signal(signum)
+    # To the group: as `kill -TERM -- -PGID` or a job scheduler would. Only the runner may act
+    # on it; a fork server or learner killed by it would lose the final checkpoint.
+    if to_group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
     t0 = time.monotonic()
     out, _ = proc.communicate(timeout=30)
     elapsed = _wait_gone(children, t0, 10)  # helpers like the resource tracker follow the runner
@@ -210,3 +224,18 @@ def test_sigkill_of_the_runner_takes_its_children_along(tmp_path):
     with Runner(cfg) as resumed:
         resumed.start()
         assert resumed.progress.env_steps[0] == env_steps > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_ctrl_c_ends_a_benchmark_of_several_seeds_not_just_the_current_one(tmp_path):
+    script = Path(__file__).parents[2] / "benchmarks" / "learning_curves.py"
+    cmd = [sys.executable, str(script), "--env", "CartPole-v1", "--seeds", "1", "2"]
+    cmd += ["--frames", "100000000", "--train_dir", str(tmp_path), "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _wait_training(proc, tmp_path / "CartPole-v1_seed1" / "progress.csv")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "interrupted in seed 1" in out
+    assert not (tmp_path / "CartPole-v1_seed2").exists(), "seed 2 started after Ctrl-C"

@@ -138,3 +138,65 @@ def test_a_child_with_more_descriptors_than_the_server_takes_is_spawned(fork_ser
     seen, forked = _child_sees(["HOME"])
     assert not forked
     assert seen == {"HOME": os.environ.get("HOME")}
+
+
+class _StartsAHelper:
+    """A component that starts a helper process (as a ViZDoom env starts its engine), reports
+    its own pid, process group and the helper's pid, then runs until it is killed."""
+
+    def __init__(self, out):
+        import subprocess
+
+        self.name = "helper_owner"
+        self.running = True
+        helper = subprocess.Popen(["sleep", "600"])
+        out.put({"pid": os.getpid(), "group": os.getpgid(0), "helper": helper.pid})
+
+    def poll(self, timeout):
+        import time
+
+        time.sleep(timeout)
+
+    def close(self):
+        pass
+
+
+def _gone_within(pid, seconds):
+    import time
+
+    from sampleforge.testing.processes import is_alive
+
+    deadline = time.monotonic() + seconds
+    while is_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not is_alive(pid)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["killed_from_outside", "killed_by_the_host"])
+def test_a_dead_components_helpers_die_with_it(how):
+    import signal
+
+    reports, out = make_queue(), make_queue()
+    host = ProcessHost(reports)
+    host.start(ComponentSpec("helper_owner", _StartsAHelper, {"out": out}, make_queue()))
+    seen = out.get(timeout=60)
+    try:
+        assert seen["group"] == seen["pid"] != os.getpgid(0)  # a group of its own
+        if how == "killed_from_outside":  # a segfault or the OOM killer: the host only sees it
+            os.kill(seen["pid"], signal.SIGKILL)
+        else:  # the supervisor's kill of a hung worker
+            host.kill("helper_owner")
+        assert _gone_within(seen["helper"], 5.0), "the helper outlived its component"
+    finally:
+        host.kill_all()
+        if not _gone_within(seen["helper"], 0):
+            os.kill(seen["helper"], signal.SIGKILL)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
+def test_the_fork_server_leads_a_process_group_of_its_own(fork_server):
+    # A SIGTERM to the caller's group must not kill it, and every component with it.
+    server = forkserver._forkserver._forkserver_pid
+    assert os.getpgid(server) == server != os.getpgid(0)
