@@ -17,7 +17,7 @@ waits for its controller forever). So:
 A helper that moves itself into another group or session (a ViZDoom duel seat does) is out of
 reach: it must watch its parent itself (`envs/doom/duel_seat_server.py`).
 
-Must not: import torch or anything heavy (the guard starts as ``python -m`` of this module).
+Must not: import torch or anything heavy (the guard process imports this module alone).
 """
 
 from __future__ import annotations
@@ -27,8 +27,15 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 log = logging.getLogger(__name__)
+
+# The guard process's program: this module's `main`, imported from where this copy of it is.
+_START = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from sampleforge.comms.group_guard import main; main()"
+)
 
 
 def lead_own_group() -> None:
@@ -53,11 +60,16 @@ class GroupGuard:
     without it (logged once): it protects against leaks, it is never needed to run."""
 
     def __init__(self) -> None:
-        self._process: subprocess.Popen | None = subprocess.Popen(
-            [sys.executable, "-m", __name__],
-            stdin=subprocess.PIPE,
-            start_new_session=True,
-        )
+        package_parent = str(Path(__file__).resolve().parents[2])
+        try:
+            self._process: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, "-c", _START, package_parent],
+                stdin=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as e:
+            log.warning("no process-group guard (%s); helpers of a killed runner may leak", e)
+            self._process = None
 
     def watch(self, group: int) -> None:
         self._send(f"+{group}\n")
@@ -73,8 +85,8 @@ class GroupGuard:
         assert process.stdin is not None
         try:
             process.stdin.close()
-        except BrokenPipeError:
-            pass
+        except OSError:
+            pass  # it had exited
         try:
             process.wait(5.0)
         except subprocess.TimeoutExpired:
@@ -82,15 +94,16 @@ class GroupGuard:
             process.wait()
 
     def _send(self, line: str) -> None:
-        if self._process is None:
+        process = self._process  # close() may run meanwhile, in another thread
+        if process is None or process.stdin is None:
             return
-        assert self._process.stdin is not None
         try:
-            self._process.stdin.write(line.encode())
-            self._process.stdin.flush()
-        except (BrokenPipeError, ValueError):
-            log.warning("the process-group guard has exited; helpers of a killed runner may leak")
-            self._process = None
+            process.stdin.write(line.encode())
+            process.stdin.flush()
+        except (OSError, ValueError):  # it has exited, or close() closed its pipe
+            if self._process is process:
+                log.warning("the process-group guard exited; helpers of a killed runner may leak")
+                self._process = None
 
 
 def guard(lines) -> set[int]:
