@@ -126,13 +126,18 @@ class ProcessHost:
         old = self.processes.get(spec.name)
         if old is not None:
             old.join(1.0)
+            if not old.is_alive():
+                self._end_group_of(old)
         args = (spec.name, spec.build, spec.kwargs, self.report_queue, spec.torch_threads)
         if self._guard is None:
             self._guard = GroupGuard()
+        guard = self._guard  # a second Ctrl-C (`kill_all`) may close it meanwhile
         with _child_environment():
             process = self._start_process(spec.name, args)
         self.processes[spec.name] = process
-        self._guard.watch(process.pid)  # the child makes its group (pgid = pid) first thing
+        with self._groups_lock:
+            self._ended_groups.discard(process.pid)  # a number reused by the new child
+        guard.watch(process.pid)  # the child makes its group (pgid = pid) first thing
         if self._watcher is None:
             self._watcher = threading.Thread(
                 target=self._watch_exits, name="exit-watcher", daemon=True

@@ -161,8 +161,8 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     #   4.68M frames, but seed 1 collapsed at ~320 by 3M; DTC seed 3 made 11.2 over 3-6M frames
     #   (12.4 with the bonus). Kept the bonus. What health_gathering lacked was its health in
     #   the observation (envs/doom/scenarios.py): with it seeds 1-3 reach 2,000 by 0.9M frames.
-    #   DTC observing its ammunition and health, seed 3: 17.33 at 2.61M frames, median 18.6 over
-    #   3-6.4M (one run so far).
+    #   DTC observing its ammunition and health, seeds 1-3 (5M-frame budget): 17.33 at 1.41-2.25M
+    #   frames, medians of 17.7-20.7 over 3-5M.
     "doom": {
         "activation": "elu",
         "rnn": "gru",

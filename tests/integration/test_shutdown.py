@@ -233,7 +233,11 @@ def test_ctrl_c_ends_a_benchmark_of_several_seeds_not_just_the_current_one(tmp_p
     cmd = [sys.executable, str(script), "--env", "CartPole-v1", "--seeds", "1", "2"]
     cmd += ["--frames", "100000000", "--train_dir", str(tmp_path), "--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait_training(proc, tmp_path / "CartPole-v1_seed1" / "progress.csv")
+    deadline = time.monotonic() + 60  # its first report comes after 30 s: wait for its workers
+    while len(descendants(proc.pid)) < 4 and time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()[0]
+        time.sleep(0.1)
+    time.sleep(2.0)  # training
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out

@@ -65,7 +65,9 @@ def test_children_start_with_openmp_threads_that_sleep_instead_of_spinning(monke
 
 
 @pytest.mark.timeout(120)
-def test_a_users_own_setting_wins(monkeypatch):
+def test_a_users_own_setting_wins(fork_server, monkeypatch):
+    # The server first, with this process's own settings: started under ACTIVE, it would spawn
+    # every later test's children (their settings would differ from its).
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert _child_sees(["OMP_WAIT_POLICY"])[0] == {"OMP_WAIT_POLICY": "ACTIVE"}
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
