@@ -106,7 +106,7 @@ class GroupGuard:
                 self._process = None
 
 
-def guard(lines) -> set[int]:
+def watched_groups(lines) -> set[int]:
     """Read ``+group`` / ``-group`` lines until they end; returns the groups still watched."""
     groups: set[int] = set()
     for line in lines:
@@ -120,7 +120,7 @@ def guard(lines) -> set[int]:
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for group in guard(sys.stdin.buffer):
+    for group in watched_groups(sys.stdin.buffer):
         end_group(group)
 
 

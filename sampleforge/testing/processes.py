@@ -5,6 +5,8 @@ Linux only. Zombies (exited, not yet reaped) count as gone.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -37,3 +39,12 @@ def descendants(pid: int) -> set[int]:
         frontier = {p for p, parent in parents.items() if parent in frontier} - found
         found |= frontier
     return found
+
+
+def gone_within(pids: Iterable[int], seconds: float) -> bool:
+    """Wait up to `seconds` for every process of `pids` to be gone; whether they all are."""
+    pids = list(pids)
+    deadline = time.monotonic() + seconds
+    while any(is_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(is_alive(pid) for pid in pids)

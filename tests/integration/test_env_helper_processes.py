@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from sampleforge.testing import read_marker
-from sampleforge.testing.processes import is_alive
+from sampleforge.testing.processes import gone_within, is_alive
 
 pytestmark = [
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc"),
@@ -75,14 +75,14 @@ def test_helpers_die_with_a_hung_worker_and_with_a_killed_runner(tmp_path):
         assert len(theirs) == 2 and _alive(theirs) == theirs
         # Killed as hung after 3 s and replaced: the replacement starts helpers of its own.
         assert _wait_for(lambda: len(_helpers(helpers_dir)) == 6, 60), "no replacement"
-        assert _wait_for(lambda: not _alive(theirs), 5.0), "a killed worker's helpers live on"
+        assert gone_within(theirs, 5.0), "a killed worker's helpers live on"
         assert runner.poll() is None, _log(tmp_path)
         live = _alive(_helpers(helpers_dir))
         assert len(live) == 4
 
         runner.kill()
         runner.wait()
-        assert _wait_for(lambda: not _alive(live), 5.0), "helpers outlived the killed runner"
+        assert gone_within(live, 5.0), "helpers outlived the killed runner"
     finally:
         if runner.poll() is None:
             runner.kill()

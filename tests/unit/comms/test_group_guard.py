@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from sampleforge.comms.group_guard import guard
-from sampleforge.testing.processes import is_alive
+from sampleforge.comms.group_guard import watched_groups
+from sampleforge.testing.processes import gone_within, is_alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -28,16 +28,9 @@ time.sleep(600)
 """
 
 
-def _wait_gone(pid: int, limit: float) -> bool:
-    deadline = time.monotonic() + limit
-    while is_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not is_alive(pid)
-
-
 def test_the_guard_keeps_the_groups_still_watched():
     lines = [b"+5\n", b"+7\n", b"+9\n", b"-5\n", b"-11\n", b"\n"]
-    assert guard(lines) == {7, 9}
+    assert watched_groups(lines) == {7, 9}
 
 
 @pytest.mark.timeout(60)
@@ -48,7 +41,7 @@ def test_a_killed_owners_watched_groups_are_killed_and_only_those():
         assert is_alive(watched) and is_alive(forgotten)
         owner.kill()  # no close(), no finalizer: as the OOM killer would
         owner.wait()
-        assert _wait_gone(watched, 5.0), "a watched group outlived the guard's owner"
+        assert gone_within([watched], 5.0), "a watched group outlived the guard's owner"
         time.sleep(0.5)
         assert is_alive(forgotten), "a forgotten group was killed"
     finally:

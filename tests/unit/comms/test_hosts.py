@@ -1,13 +1,17 @@
 """ProcessHost (comms/hosts.py): what child processes start with."""
 
 import os
+import signal
+import subprocess
 import sys
+import time
 from multiprocessing import forkserver
 
 import pytest
 
 from sampleforge.comms.hosts import CHILD_ENVIRONMENT, ComponentSpec, ProcessHost
 from sampleforge.comms.queues import make_queue
+from sampleforge.testing.processes import gone_within
 
 
 class _ReportEnvironment:
@@ -108,9 +112,6 @@ with Runner(make_config(env="CartPole-v1", train_dir={train_dir!r}, experiment="
 
 @pytest.mark.timeout(120)
 def test_a_script_read_from_stdin_is_refused_before_anything_starts(tmp_path):
-    import subprocess
-    import sys
-
     train_dir = tmp_path / "train_dir"
     result = subprocess.run(
         [sys.executable, "-"],
@@ -147,39 +148,22 @@ class _StartsAHelper:
     its own pid, process group and the helper's pid, then runs until it is killed."""
 
     def __init__(self, out):
-        import subprocess
-
         self.name = "helper_owner"
         self.running = True
         helper = subprocess.Popen(["sleep", "600"])
         out.put({"pid": os.getpid(), "group": os.getpgid(0), "helper": helper.pid})
 
     def poll(self, timeout):
-        import time
-
         time.sleep(timeout)
 
     def close(self):
         pass
 
 
-def _gone_within(pid, seconds):
-    import time
-
-    from sampleforge.testing.processes import is_alive
-
-    deadline = time.monotonic() + seconds
-    while is_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not is_alive(pid)
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("how", ["killed_from_outside", "killed_by_the_host"])
 def test_a_dead_components_helpers_die_with_it(how):
-    import signal
-
     reports, out = make_queue(), make_queue()
     host = ProcessHost(reports)
     host.start(ComponentSpec("helper_owner", _StartsAHelper, {"out": out}, make_queue()))
@@ -190,10 +174,10 @@ def test_a_dead_components_helpers_die_with_it(how):
             os.kill(seen["pid"], signal.SIGKILL)
         else:  # the supervisor's kill of a hung worker
             host.kill("helper_owner")
-        assert _gone_within(seen["helper"], 5.0), "the helper outlived its component"
+        assert gone_within([seen["helper"]], 5.0), "the helper outlived its component"
     finally:
         host.kill_all()
-        if not _gone_within(seen["helper"], 0):
+        if not gone_within([seen["helper"]], 0):
             os.kill(seen["helper"], signal.SIGKILL)
 
 
