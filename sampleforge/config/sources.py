@@ -51,7 +51,7 @@ def _family_layer(env: Any, sources: dict[str, str]) -> dict[str, Any]:
     """The family's values for settings no preset or flag set; a setting the previous env's
     family set and this one does not goes back to its default. Updates `sources`."""
     family = env_family(env) if isinstance(env, str) else None
-    settings = family_settings(family) if family else {}
+    settings = family_settings(family, env) if family else {}
     defaults = Config()
     values: dict[str, Any] = {}
     for f in config_fields():

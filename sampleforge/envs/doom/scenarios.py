@@ -2,8 +2,9 @@
 
 Responsibility: for each ``doom_*`` name, say which scenario files (shipped inside the
 ``vizdoom`` package) to load, which action set and observation layout to use, how many frames
-each action is repeated (paper Table A.5: 4, or 2 for deathmatch), and whether scripted bots and
-reward shaping are involved; look a name up with a message that lists every known name.
+each action is repeated (paper Table A.5: 4, or 2 for deathmatch) and the discount that goes
+with each frameskip, and whether scripted bots and reward shaping are involved; look a name up
+with a message that lists every known name.
 
 It must not: import vizdoom, start games, or hold behaviour. Building the environment from a
 scenario is ``doom_env.py``'s job; the action tables live in ``actions.py``.
@@ -28,6 +29,10 @@ ActionSetName = Literal["cfg_buttons", "factorised"]
 
 BASIC_FRAMESKIP = 4
 DEATHMATCH_FRAMESKIP = 2
+# The discount per agent step at each frameskip (paper Table A.5; the doom family applies it):
+# at frameskip 2 a step is half as long, and 0.995 keeps the horizon in game time that 0.99
+# gives at frameskip 4 (0.995^2 ~ 0.99).
+GAMMA_AT_FRAMESKIP: dict[int, float] = {BASIC_FRAMESKIP: 0.99, DEATHMATCH_FRAMESKIP: 0.995}
 # Doom runs at 35 tics per second; the paper's deathmatch matches last 4 minutes (Figure 8).
 TICS_PER_SECOND = 35
 DEATHMATCH_MINUTES = 4.0

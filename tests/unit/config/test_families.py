@@ -12,6 +12,8 @@ from sampleforge.config import Config, config_from_dict, make_config
 from sampleforge.config.cli_args import parse_config
 from sampleforge.config.families import FAMILY_NAMES, env_family, family_settings
 from sampleforge.config.sources import SOURCE_NAMES, config_sources
+from sampleforge.envs.doom.scenarios import DOOM_SCENARIOS, GAMMA_AT_FRAMESKIP
+from sampleforge.envs.registry import resolve_env
 
 
 @pytest.mark.parametrize(
@@ -47,11 +49,37 @@ def test_every_family_gives_a_valid_config_with_its_values(family):
     }[family]
     cfg = make_config(env=env)
     sources = config_sources(cfg)
-    for key, value in family_settings(family).items():
+    for key, value in family_settings(family, env).items():
         if value != "auto":  # resolved for this machine
             assert getattr(cfg, key) == value, key
         assert sources[key] == "family", key
     assert cfg.normalize_returns and cfg.reward_scale == 1.0
+
+
+@pytest.mark.parametrize(
+    "env, frameskip, gamma",
+    [
+        ("doom_basic", 4, 0.99),
+        ("doom_health_gathering", 4, 0.99),
+        ("doom_deathmatch_bots", 2, 0.995),
+        ("doom_duel", 2, 0.995),
+    ],
+)
+def test_a_doom_env_gets_the_discount_that_the_paper_pairs_with_its_frameskip(
+    env, frameskip, gamma
+):
+    # Table A.5: frameskip 4 with 0.99, frameskip 2 with 0.995 (the same horizon in game time).
+    assert resolve_env(env).frameskip == frameskip
+    cfg = make_config(env=env)
+    assert (cfg.gamma, config_sources(cfg)["gamma"]) == (gamma, "family")
+    # A preset's doom settings leave it; a flag still wins.
+    assert make_config(env=env, preset="doom").gamma == gamma
+    assert make_config(env=env, gamma=0.9).gamma == 0.9
+
+
+def test_every_doom_scenario_has_a_discount_for_its_frameskip():
+    for name, scenario in DOOM_SCENARIOS.items():
+        assert scenario.frameskip in GAMMA_AT_FRAMESKIP, name
 
 
 def test_atari_without_a_preset_gets_the_atari_ppo_recipe_not_cartpoles():
@@ -99,6 +127,9 @@ def test_changing_the_env_of_a_config_swaps_the_family_but_keeps_flags():
     assert (vector.rollout, sources["rollout"]) == (Config().rollout, "default")
     assert (vector.activation, sources["activation"]) == (Config().activation, "default")
     assert (vector.ppo_clip_ratio, sources["ppo_clip_ratio"]) == (0.2, "family")  # atari: 0.1 0.1
+    # The deathmatch's discount goes with its frameskip, not with the next env.
+    deathmatch = make_config(env="doom_deathmatch_bots")
+    assert make_config(deathmatch, env="doom_basic").gamma == 0.99
     # A config derived without a new env keeps its sources.
     assert config_sources(make_config(atari, seed=3))["rollout"] == "family"
 
