@@ -52,3 +52,15 @@ def _share_of_the_machine(item: pytest.Item) -> Iterator[None]:
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     with _share_of_the_machine(item):
         yield
+
+
+@pytest.fixture
+def short_tmpdir() -> Iterator[Path]:
+    """A private TMPDIR for a command under test, short enough for the Unix socket paths that
+    multiprocessing makes in it (108 bytes: `tmp_path`, under xdist, can leave too little)."""
+    import shutil
+    import tempfile
+
+    path = Path(tempfile.mkdtemp(prefix="sf-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -40,6 +40,8 @@ from sampleforge.envs.registry import UnknownEnvError
 from sampleforge.evaluation.episodes import DEFAULT_NUM_ENVS, EvaluationResult, run_episodes
 from sampleforge.evaluation.local_policy import LocalPolicy
 from sampleforge.evaluation.policy_files import (
+    IMPORTING_SETTINGS,
+    MACHINE_LOCAL_SETTINGS,
     load_saved_policy,
     read_weights_file,
     save_model_file,
@@ -71,7 +73,8 @@ class ActorCriticAlgorithm:
         policy_kwargs: Mapping[str, Any] | None = None,
         **config: Any,
     ) -> None:
-        """Validate the settings and prepare the experiment folder; no process starts yet.
+        """Validate the settings, lock and prepare the experiment folder; no process starts yet.
+        The experiment stays locked (no other run may use it) until `close`.
 
         env: a Gymnasium id, a registered sampleforge env name, or a function that builds an
             env (`fn()` or `fn(context: EnvContext)`; top-level, so worker processes can
@@ -223,7 +226,8 @@ class ActorCriticAlgorithm:
     def save(self, path: Union[str, Path]) -> Path:
         """Write the config and current weights of every policy to one file; returns its path.
 
-        Load it with `<Algorithm>.load(path)` (weights only: no optimizer state).
+        Load it with `<Algorithm>.load(path)` (weights only: no optimizer state; what a model
+        file may do when loaded: see `load`).
         """
         return save_model_file(path, self.cfg, self.get_parameters(), self.env_steps)
 
@@ -234,23 +238,34 @@ class ActorCriticAlgorithm:
         env: EnvArgument | None = None,
         *,
         checkpoint: str = "latest",
+        trust_config: bool = False,
         **config: Any,
     ) -> "ActorCriticAlgorithm":
         """A new run with the weights and config saved at `path`: a file written by `save`, or
         an experiment folder (at `checkpoint`: latest, best, best_eval).
 
         Pass `env` again if it was a function. `config` overrides saved settings (e.g.
-        num_workers); the run is a new experiment unless `experiment` is given.
+        num_workers); the run is a new experiment unless `experiment` is given. From a model
+        file, the saver's machine-local settings (`MACHINE_LOCAL_SETTINGS`: train_dir, device,
+        worker counts, W&B) are not taken, and a config that names a module to import (a
+        `module:EnvId` env, a `module:name` encoder, a custom policy_mapping) is refused with
+        PolicyFileError unless `trust_config=True` or those settings are given here.
         """
-        saved = load_saved_policy(path, checkpoint)
+        replacing = {k: v for k, v in config.items() if k in IMPORTING_SETTINGS and v is not None}
+        if env is not None:
+            replacing["env"] = env_name(env)
+        saved = load_saved_policy(path, checkpoint, trust_config=trust_config, replacing=replacing)
         if saved.cfg.algorithm != cls.algorithm:
             raise ValueError(
                 f"{path} holds a {saved.cfg.algorithm} model; load it with "
                 f"{saved.cfg.algorithm.upper()}.load, not {cls.__name__}.load"
             )
         settings = config_to_dict(saved.cfg)
-        for name in ("env", "algorithm", "experiment", "restart_behavior", "stop_at_mean_return"):
-            settings.pop(name)  # a new run, with the API's defaults for these
+        new_run = ("env", "algorithm", "experiment", "restart_behavior", "stop_at_mean_return")
+        # A new run, with the API's defaults for these (and, from a model file, this machine's
+        # and this user's: the family's or the defaults, unless given here).
+        for name in new_run + (MACHINE_LOCAL_SETTINGS if saved.from_model_file else ()):
+            settings.pop(name, None)
         settings.update(config)
         try:
             model = cls(env if env is not None else saved.cfg.env, **settings)
@@ -335,7 +350,7 @@ class ActorCriticAlgorithm:
 
 
 class APPO(ActorCriticAlgorithm):
-    """Asynchronous PPO: PPO clipping + V-trace (Petrenko et al. 2020)."""
+    """Asynchronous PPO: PPO clipping, advantages from V-trace or GAE (Petrenko et al. 2020)."""
 
     algorithm = "appo"
 

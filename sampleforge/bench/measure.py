@@ -11,6 +11,9 @@
   the cores between the three would reach.
 - `training_fps`: the full system, steady state after a warm-up.
 
+Each stops on Ctrl-C or SIGTERM: the pool's workers ignore SIGINT and end with the pool, and a
+training run that a signal stopped raises `Interrupted`.
+
 Must not: change how training runs; it only drives the public components.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import statistics
 import time
 from dataclasses import dataclass
@@ -27,6 +31,11 @@ import numpy as np
 import torch
 
 from sampleforge.comms.heap import reuse_freed_tensor_memory
+from sampleforge.comms.interrupts import (
+    Interrupted,
+    leave_signals_to_the_parent,
+    signals_deferred,
+)
 from sampleforge.components.batcher import Dataset
 from sampleforge.components.learner import Learner
 from sampleforge.components.runner import Runner
@@ -78,7 +87,14 @@ def pure_simulation_fps(
 ) -> float:
     """Env frames per second of `processes` processes stepping envs with random actions."""
     spec = resolve_env(env_name)
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
+    # The workers ignore SIGINT (deferred until they do): a Ctrl-C at a terminal reaches the
+    # whole process group, and a worker killed by it would be replaced while its share was
+    # lost, so the call would never return. The caller acts on it; leaving the pool ends them.
+    with signals_deferred((signal.SIGINT,)):
+        pool = multiprocessing.get_context("spawn").Pool(
+            processes, initializer=leave_signals_to_the_parent, initargs=(False,)
+        )
+    with pool:
         steps = pool.starmap(
             _simulate, [(spec, envs_per_process, seconds, i) for i in range(processes)]
         )
@@ -120,8 +136,8 @@ def compute_costs(
     one workload instead of in the whole of one."""
     torch.set_num_threads(1)
     reuse_freed_tensor_memory()  # the heap policy of the component processes
-    env = env_info(cfg.env)
-    env_spec = resolve_env(cfg.env)
+    env = env_info(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
+    env_spec = resolve_env(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
     device = resolve_device(cfg.device)
     model = make_actor_critic(cfg, env.observation_space, env.action_space).to(device).eval()
     obs = _random_obs(observation_specs(env.observation_space), (inference_batch_size,), device)
@@ -184,7 +200,7 @@ class _EnvStepper:
             )
             self.targets = _step_targets(self.split.num_rows, env_spec)
             self.split.reset_all(self.targets.next_obs)
-            space = env_info(env_spec.name).action_space
+            space = env_info(env_spec.name, drop_obs_keys=env_spec.drop_obs_keys).action_space
             self.actions = [_random_actions(space, self.split.num_rows) for _ in range(64)]
 
     def __call__(self, seconds: float) -> float:
@@ -203,7 +219,9 @@ class _EnvStepper:
 
 
 def _step_targets(rows: int, env_spec: EnvSpec) -> StepTargets:
-    specs = observation_specs(env_info(env_spec.name).observation_space)
+    specs = observation_specs(
+        env_info(env_spec.name, drop_obs_keys=env_spec.drop_obs_keys).observation_space
+    )
     return StepTargets(
         rewards=np.zeros(rows, np.float32),
         dones=np.zeros(rows, np.float32),
@@ -231,6 +249,8 @@ def _random_obs(
     for key, spec in specs.items():
         if spec.dtype == torch.uint8:
             out[key] = torch.randint(0, 256, lead + spec.shape, dtype=torch.uint8)
+        elif spec.dtype != torch.float32:  # discrete indices or bits: 0 is in every space
+            out[key] = torch.zeros(lead + spec.shape, dtype=spec.dtype)
         else:
             out[key] = torch.randn(lead + spec.shape)
     return {key: value.to(device or "cpu") for key, value in out.items()}
@@ -288,6 +308,8 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
             callback=record,
             callback_every_env_steps=max(1, cfg.dataset_size),
         )
+        if runner.stop_signal is not None:  # the runner stopped on it: so does the benchmark
+            raise Interrupted(runner.stop_signal)  # (closing the runner on the way)
         memory = _tree_memory_mb(os.getpid())
         perf = dict(runner.progress.timings)
         perf.update(

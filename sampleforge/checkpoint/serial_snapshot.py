@@ -14,6 +14,12 @@ its plain-JSON sidecar (`serial_state.pt.json`: SHA-256 of the file, the hash of
 that wrote it, format version) has been read and both hashes match: a file dropped into the
 folder, or one from another config, is deleted unread. (Whoever can write both files can still
 run code on the next serial resume: the experiment folder is trusted, docs/reliability.md.)
+
+A snapshot continues one checkpoint, the final one its run wrote just after it: once that is on
+disk the runner binds the snapshot to it (`bind_snapshot`: each policy's checkpoint name and
+SHA-256 in the sidecar). A resume restores it only if every learner resumed from exactly those
+checkpoints; otherwise (no binding because the run died first, a newer checkpoint, another
+lineage's checkpoint) it is deleted unread with a warning.
 `--serial_snapshot false` neither writes nor reads it. It is consumed (deleted) by the next
 start in any mode, so a stale one is never restored. Envs that cannot be pickled only lose
 exactness: the run resumes from the checkpoint as usual, with a warning.
@@ -28,6 +34,7 @@ import json
 import logging
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +50,15 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_FILENAME = "serial_state.pt"
 SIDECAR_SUFFIX = ".json"  # serial_state.pt.json, plain JSON: read before anything is unpickled
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the sidecar names the checkpoints the snapshot belongs to
 
 
 def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, host) -> bool:
-    """Capture the system and write it atomically; False (with a warning) if it cannot be."""
+    """Capture the system and write it atomically, not yet bound to a checkpoint (see
+    `bind_snapshot`); False (with a warning) if it cannot be. Any older snapshot is deleted
+    first: it belongs to an older checkpoint."""
     try:
+        _delete(path)
         state = {
             "format_version": FORMAT_VERSION,
             "config_hash": config_hash(cfg),
@@ -58,20 +68,23 @@ def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, host) -> 
             "queues": _drain_and_refill(wiring.queues()),
             "tensors": {k: t.clone() for k, t in _shared_tensors(wiring).items()},
         }
-        tmp = path.with_name(f".{path.name}.tmp")
+        tmp, tmp_sidecar = _temporaries(path)
         torch.save(state, tmp)
         header = {
             "format_version": FORMAT_VERSION,
             "config_hash": state["config_hash"],
             "sha256": sha256_file(tmp),
+            "checkpoints": None,  # set by bind_snapshot once the final checkpoint is written
         }
-        sidecar, tmp_sidecar = _sidecar(path), path.with_name(f".{path.name}.json.tmp")
+        sidecar = _sidecar(path)
         tmp_sidecar.write_text(json.dumps(header))
         # data first: a stop between the two leaves a mismatch, which is refused
         os.replace(tmp, path)
         os.replace(tmp_sidecar, sidecar)
         return True
     except Exception as e:  # noqa: BLE001 - exactness is a bonus, never a reason to fail a run
+        for tmp in _temporaries(path):  # a full disk leaves nothing half-written
+            tmp.unlink(missing_ok=True)
         log.warning(
             "no exact-resume snapshot (%s: %s); a resume continues from the checkpoint",
             type(e).__name__,
@@ -80,14 +93,38 @@ def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, host) -> 
         return False
 
 
-def take_snapshot(path: Path, cfg: Config) -> dict | None:
+def bind_snapshot(path: Path, checkpoints: Mapping[int, str | Path]) -> bool:
+    """Record in the sidecar that the snapshot at `path` continues `checkpoints` ({policy id:
+    the final checkpoint its run wrote}). False if there is no snapshot; if it cannot be
+    bound, it is deleted with a warning (unbound, no resume would use it)."""
+    sidecar = _sidecar(path)
+    if not path.exists():
+        return False
+    try:
+        header = json.loads(sidecar.read_text())
+        header["checkpoints"] = {str(p): _identity(c) for p, c in checkpoints.items()}
+        tmp = _temporaries(path)[1]
+        tmp.write_text(json.dumps(header))
+        os.replace(tmp, sidecar)
+        return True
+    except (OSError, ValueError, TypeError) as e:
+        log.warning("deleting the exact-resume snapshot %s: cannot bind it (%s)", path, e)
+        _delete(path)
+        _temporaries(path)[1].unlink(missing_ok=True)
+        return False
+
+
+def take_snapshot(
+    path: Path, cfg: Config, resumed_from: Mapping[int, str | Path | None]
+) -> dict | None:
     """Read and delete the snapshot; None if there is none, or if it is not to be used or
-    not to be trusted (then it is never unpickled)."""
+    not to be trusted (then it is never unpickled). `resumed_from`: {policy id: the checkpoint
+    its learner resumed from, or None}; the snapshot must belong to exactly those."""
     if not path.exists():
         _sidecar(path).unlink(missing_ok=True)
         return None
     try:
-        refusal = _refusal(path, cfg)
+        refusal = _refusal(path, cfg, resumed_from)
         if refusal is not None:
             log.warning(
                 "ignoring the exact-resume snapshot %s: %s; resuming from the checkpoint",
@@ -97,11 +134,25 @@ def take_snapshot(path: Path, cfg: Config) -> dict | None:
             return None
         return torch.load(path, weights_only=False)  # verified above: see the module docstring
     finally:
-        path.unlink(missing_ok=True)
-        _sidecar(path).unlink(missing_ok=True)
+        _delete(path)
 
 
-def _refusal(path: Path, cfg: Config) -> str | None:
+def _temporaries(path: Path) -> tuple[Path, Path]:
+    """Where the snapshot and its sidecar are written before they are renamed into place."""
+    return path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.json.tmp")
+
+
+def _delete(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _sidecar(path).unlink(missing_ok=True)
+
+
+def _identity(checkpoint: str | Path) -> dict[str, str]:
+    """What tells a checkpoint from any other: its name, and its content's SHA-256."""
+    return {"name": Path(checkpoint).name, "sha256": sha256_file(Path(checkpoint))}
+
+
+def _refusal(path: Path, cfg: Config, resumed_from: Mapping[int, str | Path | None]) -> str | None:
     """Why the snapshot at `path` must not be unpickled by this run, or None."""
     if not cfg.serial_mode:
         return "it is for serial mode only"
@@ -117,6 +168,28 @@ def _refusal(path: Path, cfg: Config) -> str | None:
         return "written for another config"
     if header.get("sha256") != sha256_file(path):
         return "its SHA-256 does not match its sidecar (changed or replaced)"
+    return _checkpoint_mismatch(header.get("checkpoints"), resumed_from)
+
+
+def _checkpoint_mismatch(bound: Any, resumed_from: Mapping[int, str | Path | None]) -> str | None:
+    """Why the checkpoints the learners resumed from are not the ones the snapshot continues."""
+    if not isinstance(bound, dict) or not bound:
+        return "it belongs to no checkpoint (its run stopped before its final checkpoint)"
+    loaded = {str(p): c for p, c in resumed_from.items()}
+    if set(bound) != set(loaded):
+        return f"it is for policies {sorted(bound)}, this run has {sorted(loaded)}"
+    for policy, entry in sorted(bound.items()):
+        checkpoint = loaded[policy]
+        name = entry.get("name") if isinstance(entry, dict) else None
+        try:
+            same = checkpoint is not None and _identity(checkpoint) == entry
+        except OSError:
+            same = False  # gone since its learner loaded it
+        if not same:
+            return (
+                f"it continues checkpoint {name} of policy {policy}, but this run resumed "
+                f"from {Path(checkpoint).name if checkpoint else 'no checkpoint'}"
+            )
     return None
 
 

@@ -5,7 +5,8 @@
     sampleforge bench --env atari_breakout --sweep --sweep_envs 8,32,128,512,1024
 
 Takes every training flag (the system is measured as `train` would run it). See
-`sampleforge/bench/report.py` for the JSON keys.
+`sampleforge/bench/report.py` for the JSON keys. Ctrl-C or SIGTERM stops it within seconds
+(exit 130 or 143), its throwaway experiment folder removed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sampleforge.cli.signals import stop_on_signals
 from sampleforge.config.cli_args import add_config_arguments, add_switch, config_from_args
 
 HELP = "Measure training FPS against pure simulation and the machine's compute limit."
@@ -64,8 +66,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from sampleforge.comms.interrupts import remove_at_hard_exit
+
     base = _bench_config(args)
+    remove_at_hard_exit(base.train_dir)  # a second Ctrl-C skips the `finally` below
     try:
+        import sampleforge.bench.measure  # noqa: F401 - the heavy imports, before signals act
+
+        stop_on_signals()  # Ctrl-C or SIGTERM ends any measurement from now on
         if args.sweep:
             return _sweep(args, base)
         if args.tune:

@@ -7,7 +7,8 @@ import os
 import sys
 
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, local_policy_from_args
-from sampleforge.config.cli_args import add_switch
+from sampleforge.cli.signals import stop_on_signals
+from sampleforge.config.cli_args import add_switch, positive_number
 
 HELP = (
     "Play episodes with a trained policy and print their returns; --save_video writes an "
@@ -34,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--fps",
-        type=float,
+        type=positive_number,
         default=None,
         help="Frames per second of the video. (default: the env's render_fps, else 30)",
     )
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
     except input_errors() as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
+    stop_on_signals()  # the imports are done: Ctrl-C or SIGTERM ends the episodes now
     fps = args.fps or env_metadata.get("render_fps") or 30
     print(f"policy: {source.checkpoint}")
     recorder = None

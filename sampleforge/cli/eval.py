@@ -7,6 +7,7 @@ import json
 import sys
 
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, policy_from_args
+from sampleforge.cli.signals import stop_on_signals
 from sampleforge.config.cli_args import add_switch
 
 HELP = (
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
     cfg = source.cfg
+    stop_on_signals()  # the imports are done: Ctrl-C or SIGTERM ends the pool now
     result = evaluate_in_processes(
         cfg,
         source.env_spec,

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from typing import Sequence
 
+# Only this light module before `main` records signals: a Ctrl-C in the middle of any other
+# import would otherwise end the command with a raw traceback or a half-imported module.
 from sampleforge.cli.signals import early_exit_code, record_early_signals
-from sampleforge.comms.heap import reuse_freed_tensor_memory
-from sampleforge.config import ConfigError
-from sampleforge.config.cli_args import ConfigArgumentParser
 
 SUBCOMMANDS = ("train", "enjoy", "eval", "plot", "export", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from sampleforge.config.cli_args import ConfigArgumentParser
+
     parser = ConfigArgumentParser(prog="sampleforge", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(
         dest="command", required=True, parser_class=ConfigArgumentParser
@@ -41,8 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
     record_early_signals()
+    import logging
+
+    from sampleforge.comms.heap import reuse_freed_tensor_memory
+    from sampleforge.config import ConfigError
+
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s] %(message)s", datefmt="%H:%M:%S")
     reuse_freed_tensor_memory()  # serial mode trains in this process (see comms/heap.py)
     try:
         args = build_parser().parse_args(argv)
@@ -50,9 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:  # before the runner took over signal handling
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM raised as `signals.Interrupted`
         print("sampleforge: interrupted", file=sys.stderr)
-        return 130
+        return getattr(e, "exit_code", 130)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def policy_from_args(args: argparse.Namespace) -> PolicySource:
     checkpoint = find_checkpoint(experiment_dir, args.checkpoint)
     return PolicySource(
         cfg=cfg,
-        env_spec=resolve_env(cfg.env),
+        env_spec=resolve_env(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop),
         state_dict=read_weights_file(checkpoint),
         experiment_dir=experiment_dir,
         checkpoint=checkpoint,

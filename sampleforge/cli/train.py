@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from sampleforge.components.runner import Runner, TrainingError
-    from sampleforge.envs.registry import UnknownEnvError
+    from sampleforge.envs.registry import EnvStartError, UnknownEnvError
     from sampleforge.spaces import UnsupportedSpaceError
 
     try:
@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
             print("\n".join(describe_config(cfg)))
             return 0
         runner = Runner(cfg)
-    except (ConfigError, UnknownEnvError, UnsupportedSpaceError) as e:
+    except (ConfigError, UnknownEnvError, EnvStartError, UnsupportedSpaceError) as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
     code = early_exit_code()
@@ -44,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
         with runner:
             summary = runner.train()
     except TrainingError as e:
-        print(f"sampleforge: training failed: {e}", file=sys.stderr)
+        print(
+            f"sampleforge: training failed: {e.message if e.self_explained else e}", file=sys.stderr
+        )
         return 1
     print(
         f"stopped because: {summary.stopped_because}; env steps {summary.env_steps:,} in "

@@ -5,10 +5,12 @@ process it is built there (from picklable arguments), polled until it stops, and
 exception is sent to the runner as `ComponentFailed` with its traceback before the process
 exits non-zero: failures always reach the runner, they are never only logged.
 
-Children ignore SIGINT (the runner alone decides how to shut down) and ask the kernel to kill
-them if the runner dies (Linux parent-death signal). Each leads its own process group, so that
-what its envs start can be killed with it (`group_guard.py`); Ctrl-C at a terminal then reaches
-the runner alone.
+Children live through SIGINT and SIGTERM (the runner alone decides how to shut down: a
+`systemctl stop` or a scheduler sends SIGTERM to every process of the run, and a learner killed
+by it could not write the final checkpoint; the host ends a hung child with SIGKILL) and ask the
+kernel to kill them if the runner dies (Linux parent-death signal). Each leads its own process
+group, so that what its envs start can be killed with it (`group_guard.py`); Ctrl-C at a
+terminal then reaches the runner alone.
 A child forked from the fork server (`hosts.py`) is the server's child: the server exits when
 the runner does, and the signal then reaches the child.
 """
@@ -32,6 +34,7 @@ from faster_fifo import Queue
 from sampleforge.comms.doorbell_queue import DoorbellQueue
 from sampleforge.comms.group_guard import lead_own_group
 from sampleforge.comms.heap import HeapTrimmer, reuse_freed_tensor_memory
+from sampleforge.comms.interrupts import leave_signals_to_the_parent
 from sampleforge.comms.messages import ComponentFailed, ComponentStarted, ComponentStopped
 from sampleforge.comms.queues import map_ring_pages, send_many
 
@@ -170,10 +173,10 @@ def component_main(
     inherited: InheritedState | None = None,
 ) -> None:
     """Entry point of a component process: build, poll until stopped, report everything."""
+    leave_signals_to_the_parent()  # both were deferred since the host started this process
     if inherited is not None:
         inherited.apply()
     lead_own_group()  # before anything starts a process that must be in it
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     _let_the_fork_server_go()
     _name_process(name)

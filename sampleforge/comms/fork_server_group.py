@@ -1,11 +1,13 @@
-"""Preloaded by multiprocessing's fork server: the server leads a process group of its own.
+"""Preloaded by multiprocessing's fork server: the server leads a process group of its own, and
+lives through SIGINT and SIGTERM.
 
-The server is the parent of every component process, and each arms a parent-death signal. In the
-runner's process group, a signal sent to the group (`kill -TERM -- -PGID`, a job scheduler
-stopping the job) reaches the server too: SIGINT it ignores, but SIGTERM kills it, and with it,
-through their parent-death signal, every component, before the learner can write its final
-checkpoint. Out of that group, the runner alone gets the signal and decides how to stop. The
-server still exits when the runner does (its "alive" pipe closes).
+The server is the parent of every component process, and each arms a parent-death signal: the
+server's death kills every component, before the learner can write its final checkpoint. In the
+runner's process group, a signal sent to the group (`kill -TERM -- -PGID`) would reach it; out
+of that group it still gets one sent to every process of the run (`systemctl stop`, a job
+scheduler, `pkill -s`), so it ignores both and the runner alone decides how to stop. The server
+still exits when the runner does (its "alive" pipe closes). Its children are forked with both
+ignored, until `component_process` sets them itself.
 
 Importing this module anywhere but in the fork server does nothing.
 """
@@ -13,6 +15,7 @@ Importing this module anywhere but in the fork server does nothing.
 from __future__ import annotations
 
 import os
+import signal
 
 # The command multiprocessing starts its fork server with (`forkserver.ensure_running`).
 _SERVER_COMMAND = b"from multiprocessing.forkserver import main"
@@ -28,3 +31,7 @@ def _in_fork_server() -> bool:
 
 if _in_fork_server():
     os.setpgid(0, 0)
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signum, signal.SIG_IGN)
+    # The host started the server with both deferred (`interrupts.signals_deferred`).
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))

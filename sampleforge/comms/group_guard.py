@@ -12,7 +12,9 @@ waits for its controller forever). So:
 - for when the runner itself dies (SIGKILL, OOM), a `GroupGuard` process, started in a session
   of its own so that no signal sent to the run's group or terminal reaches it, holds the list
   of live groups and kills them all once the runner's end of its pipe closes, however the
-  runner went.
+  runner went. It ignores SIGINT and SIGTERM, which still reach it when they are sent to every
+  process of the run (`systemctl stop`, a scheduler): the runner may stop cleanly and close
+  it, or die later, and the guard must still be there to clean up.
 
 A helper that moves itself into another group or session (a ViZDoom duel seat does) is out of
 reach: it must watch its parent itself (`envs/doom/duel_seat_server.py`).
@@ -60,13 +62,16 @@ class GroupGuard:
     without it (logged once): it protects against leaks, it is never needed to run."""
 
     def __init__(self) -> None:
+        from sampleforge.comms.interrupts import signals_deferred  # here: the guard needs none
+
         package_parent = str(Path(__file__).resolve().parents[2])
         try:
-            self._process: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, "-c", _START, package_parent],
-                stdin=subprocess.PIPE,
-                start_new_session=True,
-            )
+            with signals_deferred():  # until its `main` ignores them
+                self._process: subprocess.Popen | None = subprocess.Popen(
+                    [sys.executable, "-c", _START, package_parent],
+                    stdin=subprocess.PIPE,
+                    start_new_session=True,
+                )
         except OSError as e:
             log.warning("no process-group guard (%s); helpers of a killed runner may leak", e)
             self._process = None
@@ -119,7 +124,11 @@ def watched_groups(lines) -> set[int]:
 
 
 def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop_signals = (signal.SIGINT, signal.SIGTERM)
+    for signum in stop_signals:  # only the runner's end closing its pipe ends the guard
+        signal.signal(signum, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)  # deferred while it started
     for group in watched_groups(sys.stdin.buffer):
         end_group(group)
 

@@ -2,7 +2,11 @@
 
 Both take the same `ComponentSpec`s, so serial mode runs exactly the components the
 asynchronous mode runs. The process host owns every child process: it notices deaths through
-process sentinels, bounds every join, and escalates stop message -> SIGTERM -> SIGKILL.
+process sentinels, bounds every join, and escalates stop message -> SIGKILL. Not through
+SIGTERM: children live through it, because `systemctl stop`, a scheduler or `pkill -s` sends
+it to every process of a run, and only the runner may act on it (`comms/interrupts.py`).
+SIGTERM never bought a child any cleanup anyway (none handled it: it ended them as abruptly as
+SIGKILL); a clean stop is what the stop message asks for.
 
 On Linux the processes fork from multiprocessing's fork server, which imports torch and the
 components once; a spawned process would import them again, 2-3 CPU-seconds each. The server
@@ -39,6 +43,7 @@ from sampleforge.comms.component_process import (
     report_failure,
 )
 from sampleforge.comms.group_guard import GroupGuard, end_group
+from sampleforge.comms.interrupts import signals_deferred
 from sampleforge.comms.messages import ComponentStarted
 
 log = logging.getLogger(__name__)
@@ -132,7 +137,9 @@ class ProcessHost:
         if self._guard is None:
             self._guard = GroupGuard()
         guard = self._guard  # a second Ctrl-C (`kill_all`) may close it meanwhile
-        with _child_environment():
+        # Deferred: the fork server (if this starts it) and the child choose how to handle
+        # SIGINT/SIGTERM before either can reach them.
+        with _child_environment(), signals_deferred():
             process = self._start_process(spec.name, args)
         self.processes[spec.name] = process
         with self._groups_lock:
@@ -215,9 +222,10 @@ class ProcessHost:
             self._end_group_of(process)
 
     def join_all(self, timeout: float) -> list[str]:
-        """Wait for every process to exit; SIGTERM then SIGKILL the ones that don't.
+        """Wait for every process to exit; SIGKILL the ones that don't (they live through
+        SIGTERM, see the module docstring).
 
-        Returns the names of processes that had to be terminated or killed.
+        Returns the names of processes that had to be killed.
         """
         forced = []
         self._closing.set()
@@ -226,13 +234,9 @@ class ProcessHost:
             process.join(max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 forced.append(name)
-                process.terminate()
-        for name in forced:
-            process = self.processes[name]
-            process.join(1.0)
-            if process.is_alive():
                 process.kill()
-                process.join(1.0)
+        for name in forced:
+            self.processes[name].join(1.0)
         self._end_groups()
         return forced
 

@@ -33,6 +33,7 @@ from sampleforge.comms.messages import (
     Stop,
 )
 from sampleforge.comms.queues import receive, send_many
+from sampleforge.config.ranges import inference_seed
 from sampleforge.models.actor_critic import ActorCritic
 
 REPORT_EVERY_SEC = 1.0
@@ -66,8 +67,8 @@ class InferenceWorker:
         sole_policy: bool = False,
     ):
         self.name = f"inference_worker_p{policy_id}_{index}"
-        if seed is not None:  # action sampling differs per worker, repeatably
-            torch.manual_seed(seed + 1000 * (policy_id + 1) + index)
+        if seed is not None:
+            torch.manual_seed(inference_seed(seed, policy_id, index))
         self.policy_id = policy_id
         self.sole_policy = sole_policy  # the only policy of the run: it acts for every row
         self.model = model_factory().to(device).eval()

@@ -32,6 +32,7 @@ from sampleforge.algo.actor_critic_loss import (
 )
 from sampleforge.buffers.step_validity import trainable
 from sampleforge.components.batcher import Dataset, Samples
+from sampleforge.components.step_undo import StepUndo
 from sampleforge.config import Config
 from sampleforge.models.factory import make_actor_critic
 
@@ -64,8 +65,20 @@ def _lag_stats(lags: torch.Tensor, max_policy_lag: int) -> dict[str, float]:
     }
 
 
+def trains_on_samples(cfg: Config) -> bool:
+    """Minibatches of single samples drawn from the whole dataset (`shuffle_samples`),
+    possible where advantages depend only on what the acting policy recorded (APPO with GAE)
+    and no recurrent state ties samples to their trajectory."""
+    return (
+        cfg.shuffle_samples
+        and cfg.rnn == "none"
+        and cfg.algorithm == "appo"
+        and not loss_settings(cfg).uses_vtrace
+    )
+
+
 class NonFiniteTrainingError(RuntimeError):
-    """Training kept producing non-finite losses or gradients."""
+    """Training kept producing non-finite losses, gradients or parameters."""
 
 
 class Learner:
@@ -97,6 +110,7 @@ class Learner:
         self.env_steps = 0
         self.skipped_updates = 0
         self.consecutive_skips = 0
+        self._step_undo = StepUndo()
 
     # --- training -------------------------------------------------------------------------------
     def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
@@ -150,15 +164,8 @@ class Learner:
 
     @property
     def trains_on_samples(self) -> bool:
-        """Minibatches of single samples drawn from the whole dataset (`shuffle_samples`),
-        possible where advantages depend only on what the acting policy recorded (APPO with
-        GAE) and no recurrent state ties samples to their trajectory."""
-        return (
-            self.cfg.shuffle_samples
-            and self.cfg.rnn == "none"
-            and self.cfg.algorithm == "appo"
-            and not self.settings.uses_vtrace
-        )
+        """Minibatches of single samples drawn from the whole dataset (see `trains_on_samples`)."""
+        return trains_on_samples(self.cfg)
 
     def _trajectory_steps(self, data: Dataset, epochs: int) -> Iterator[dict[str, float]]:
         """One SGD step per minibatch of whole trajectories; advantages per minibatch."""
@@ -303,13 +310,21 @@ class Learner:
         self.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
         grad_norm = self._clip_gradients()
-        if not (math.isfinite(loss.total.item()) and math.isfinite(grad_norm)):
+        finite = math.isfinite(loss.total.item()) and math.isfinite(grad_norm)
+        if finite:
+            # A finite gradient can still make non-finite weights (a huge learning rate): such
+            # a step is undone before anything sees it, and skipped like a non-finite loss.
+            self._step_undo.save(self.model, self.optimizer)
+            self.optimizer.step()
+            finite = self._step_undo.finite()
+            if not finite:
+                self._step_undo.restore()
+        if not finite:
             if returns_rms is not None and saved_rms is not None:
                 returns_rms.load_state_dict(saved_rms)  # a skipped update leaves them as they were
             self._skip_update()
             return {"health/non_finite_updates": 1.0}
         self.consecutive_skips = 0
-        self.optimizer.step()
         self.policy_version += 1
         stats = {
             "losses/total": loss.total.item(),
@@ -325,14 +340,15 @@ class Learner:
         return stats
 
     def _skip_update(self) -> None:
-        """Leave parameters and optimizer state untouched; fail after too many in a row."""
+        """Leave parameters and optimizer state as they were; fail after too many in a row."""
         self.optimizer.zero_grad(set_to_none=True)
         self.skipped_updates += 1
         self.consecutive_skips += 1
         if self.consecutive_skips >= self.cfg.max_consecutive_skipped_updates:
             raise NonFiniteTrainingError(
-                f"{self.consecutive_skips} SGD steps in a row had a non-finite loss or gradient "
-                "(each was skipped); check rewards and observations, or lower learning_rate"
+                f"{self.consecutive_skips} SGD steps in a row had a non-finite loss, gradient "
+                "or result (each was skipped); check rewards and observations, or lower "
+                "learning_rate"
             )
 
     def _clip_gradients(self) -> float:

@@ -49,6 +49,7 @@ from sampleforge.components.batcher import Batcher
 from sampleforge.components.learner import Learner
 from sampleforge.components.sampling_gate import SamplingGate
 from sampleforge.config import Config
+from sampleforge.config.ranges import learner_seed
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
 
@@ -93,8 +94,7 @@ class LearnerWorker:
         self.running = True
         self.paused = True  # trains only between the runner's Resume and Pause
         if cfg.seed is not None:
-            # Same initial weights for the same seed; different ones across the population.
-            torch.manual_seed(cfg.seed + 7919 * policy_id)
+            torch.manual_seed(learner_seed(cfg.seed, policy_id))
         self.learner = Learner(
             cfg, observation_space, action_space, device, frameskip, policy_id=policy_id
         )

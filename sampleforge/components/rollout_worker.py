@@ -54,6 +54,7 @@ from sampleforge.envs.policy_mapping import PolicyMapping
 from sampleforge.envs.registry import EnvSpec
 from sampleforge.envs.stepping.env_split import EnvSplit, MultiAgentEnvSplit, StepTargets
 from sampleforge.envs.stepping.factory import make_env_split
+from sampleforge.envs.stepping.faults import DEFAULT_MAX_CONSECUTIVE_FAULTS, RateLimitedWarnings
 
 REPORT_EVERY_SEC = 1.0
 
@@ -101,6 +102,7 @@ class RolloutWorker:
         seed: int | None,
         frameskip: int = 1,
         env_error_policy: str = "restart",
+        max_consecutive_env_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS,
         generation: int = 0,
         policy_mapping: PolicyMapping | None = None,
         reward_shaping: dict[int, dict[str, float]] | None = None,
@@ -123,6 +125,8 @@ class RolloutWorker:
         self._one_policy = self.mapping.num_policies + self.mapping.num_frozen == 1
         self._rng = np.random.default_rng(None if seed is None else [seed, worker_index])
         per_split = num_envs // num_splits
+        # One rate limit for the worker's fault warnings, whichever split they come from.
+        fault_warnings = RateLimitedWarnings()
         self.splits = []
         for s in range(num_splits):
             envs = make_env_split(
@@ -132,6 +136,8 @@ class RolloutWorker:
                 num_envs=per_split,
                 seed=seed,
                 error_policy=env_error_policy,
+                max_consecutive_faults=max_consecutive_env_faults,
+                fault_warnings=fault_warnings,
             )
             split = _Split(index=s, envs=envs, row_policy=np.zeros(envs.num_rows, dtype=np.int32))
             for i in range(len(envs)):

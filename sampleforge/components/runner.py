@@ -1,10 +1,10 @@
 """Runner: starts every component, watches them, logs, checkpoints, and decides when to stop.
 
-    runner = Runner(cfg)          # validates, prepares the experiment folder (no processes yet)
+    runner = Runner(cfg)          # validates, locks and prepares the experiment folder
     runner.start()                # buffers, queues, processes; waits until all have started
     summary = runner.train()      # until train_for_env_steps / train_for_seconds / solved
     summary = runner.train(until_env_steps=2_000_000)   # again, same processes
-    runner.close()                # stop message -> SIGTERM -> SIGKILL, nothing left behind
+    runner.close()                # stop message -> SIGTERM -> SIGKILL; unlocks the experiment
 
 Between `train` calls the rollout workers are paused, not respawned. Ctrl-C or SIGTERM during
 `train` ends it cleanly with a final checkpoint (`stopped_because == "interrupted"`); a second
@@ -20,9 +20,10 @@ import logging
 import math
 import time
 
-from sampleforge.checkpoint.experiment_dir import prepare_experiment
+from sampleforge.checkpoint.experiment_dir import lock_experiment, prepare_experiment
 from sampleforge.checkpoint.serial_snapshot import (
     SNAPSHOT_FILENAME,
+    bind_snapshot,
     restore_snapshot,
     save_snapshot,
     take_snapshot,
@@ -36,6 +37,7 @@ from sampleforge.comms.messages import (
     ComponentStarted,
     ComponentStopped,
     EpisodesFinished,
+    LearnerReady,
     Pause,
     Resume,
     SaveCheckpoint,
@@ -43,7 +45,7 @@ from sampleforge.comms.messages import (
 )
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.supervisor import ComponentDied, Supervisor
-from sampleforge.components.wiring import Wiring, wire
+from sampleforge.components.wiring import Wiring, check_run_fits, wire
 from sampleforge.config import Config, ConfigError, validate_config
 from sampleforge.envs.registry import env_info, resolve_env
 from sampleforge.evaluation.schedule import TrainingEvaluation
@@ -68,8 +70,24 @@ STOP_TIMEOUT_SEC = 8.0
 CHECKPOINT_TIMEOUT_SEC = 60.0
 
 
+# Errors whose one line says all a user needs (the fault, where, and what to do): the command
+# line leaves their traceback out.
+SELF_EXPLAINED_ERRORS = ("EnvFaultError", "NonFiniteTrainingError")
+
+
 class TrainingError(RuntimeError):
-    """A component failed; the message names it and carries its error."""
+    """A component failed; the message names it and carries its error, then its traceback."""
+
+    def __init__(self, message: str, traceback: str = ""):
+        super().__init__(f"{message}\n{traceback}" if traceback else message)
+        self.message = message
+        self.traceback = traceback
+
+    @property
+    def self_explained(self) -> bool:
+        """Whether the first line says it all (see SELF_EXPLAINED_ERRORS)."""
+        error = self.message.split(" failed: ", 1)[-1]
+        return error.startswith(tuple(f"{name}:" for name in SELF_EXPLAINED_ERRORS))
 
 
 class Runner:
@@ -85,8 +103,8 @@ class Runner:
     def __init__(self, cfg: Config):
         validate_config(cfg)
         self.cfg = cfg
-        self.env_spec = resolve_env(cfg.env)
-        self.env = env_info(cfg.env)
+        self.env_spec = resolve_env(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
+        self.env = env_info(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
         check_model_fits_env(cfg, self.env)
         self.device = resolve_device(cfg.device)
         problems = [
@@ -94,7 +112,14 @@ class Runner:
         ]
         if problems:  # before anything is written or started
             raise ConfigError(problems)
-        self.exp, self.resume = prepare_experiment(cfg)
+        check_run_fits(cfg, self.env, self.device)
+        # One run per experiment, from before its folder changes until `close`.
+        self._lock = lock_experiment(cfg)
+        try:
+            self.exp, self.resume = prepare_experiment(cfg, self._lock)
+        except BaseException:
+            self._lock.release()
+            raise
         threshold = cfg.stop_at_mean_return
         self.stop_at_mean_return = self.env.reward_threshold if threshold is None else threshold
         self.progress = RunProgress(num_trained_policies=cfg.num_policies)  # public, read-only
@@ -102,7 +127,8 @@ class Runner:
         self._training = False
         self._interrupts = Interrupts(kill_all=self._kill_all)
         self._not_started: set[str] = set()  # components that have not reported started yet
-        self._final_checkpoints: set[int] = set()  # policies whose final checkpoint is written
+        self._final_checkpoints: dict[int, str] = {}  # policy -> its final checkpoint, written
+        self._resumed_from: dict[int, str | None] = {}  # policy -> checkpoint its learner loaded
         self._closed = False
         self.evaluation: TrainingEvaluation | None = None  # with eval_every_env_steps
         self._callback: CallbackSchedule | None = None  # set during `train`
@@ -214,27 +240,36 @@ class Runner:
         bar = ProgressBar(target, initial=steps_at_start)
         self._training = True
         self.wiring.send_to_samplers_and_learners(Resume())
+        snapshot = False
         try:
             reason = self._loop(target, seconds, started, bar)
             if self.cfg.serial_mode and self.cfg.serial_snapshot:  # before anything reacts
-                self._save_serial_snapshot()
+                snapshot = self._save_serial_snapshot()
         finally:
             bar.close()
             self._training = False
         self.wiring.send_to_samplers_and_learners(Pause())
         self._save_checkpoint(final=True)
+        if snapshot:  # it continues exactly these checkpoints, and no others
+            bind_snapshot(self.exp.path / SNAPSHOT_FILENAME, self._final_checkpoints)
         self._drain_reports(0.2)  # statistics the workers flushed when they paused
         summary = self._summary(reason, started, training_started, steps_at_start)
         write_summary(self.exp.summary_path, summary)
         return summary
 
     def close(self) -> None:
-        """Stop every component and release all resources. Safe to call twice."""
+        """Stop every component and release all resources, the experiment's lock last.
+        Safe to call twice."""
         if self._closed:
             return
         self._closed = True
-        if not self.started:
-            return
+        try:
+            if self.started:
+                self._stop_components()
+        finally:
+            self._lock.release()
+
+    def _stop_components(self) -> None:
         try:
             self.supervisor.stop_all(STOP_TIMEOUT_SEC)
         finally:
@@ -309,15 +344,17 @@ class Runner:
                 self.population.on_episodes(msg)
             elif isinstance(msg, TrainingReport):
                 self.population.on_training(msg)
+            elif isinstance(msg, LearnerReady):
+                self._resumed_from[msg.policy_id] = msg.resumed_from
             elif isinstance(msg, CheckpointSaved) and msg.final:
-                self._final_checkpoints.add(msg.policy_id)
+                self._final_checkpoints[msg.policy_id] = msg.path
                 log.info("final checkpoint of policy %d: %s", msg.policy_id, msg.path)
         elif isinstance(msg, ComponentStarted):
             self._not_started.discard(msg.component)
         elif isinstance(msg, EvaluationFinished) and self.evaluation is not None:
             self.evaluation.on_finished(msg, self.writer)
         elif isinstance(msg, ComponentFailed):
-            raise TrainingError(f"{msg.component} failed: {msg.error}\n{msg.traceback}")
+            raise TrainingError(f"{msg.component} failed: {msg.error}", msg.traceback)
         elif not isinstance(msg, ComponentStopped):
             raise TypeError(f"runner: unexpected report {msg!r}")
 
@@ -361,7 +398,7 @@ class Runner:
 
     def _save_checkpoint(self, final: bool, score: bool = True) -> None:
         """Ask every learner for a checkpoint and wait until they are written."""
-        self._final_checkpoints = set()
+        self._final_checkpoints = {}
         self._request_checkpoint(final, score)
         self._pump_until(
             lambda: len(self._final_checkpoints) == self.cfg.num_policies,
@@ -370,12 +407,13 @@ class Runner:
         )
 
     # --- exact resume in serial mode (checkpoint/serial_snapshot.py) -----------------------------
-    def _save_serial_snapshot(self) -> None:
+    def _save_serial_snapshot(self) -> bool:
         path, counters = self.exp.path / SNAPSHOT_FILENAME, self.progress.counters()
-        save_snapshot(path, self.cfg, counters, self.wiring, self.host)
+        return save_snapshot(path, self.cfg, counters, self.wiring, self.host)
 
     def _restore_serial_snapshot(self) -> None:
-        state = take_snapshot(self.exp.path / SNAPSHOT_FILENAME, self.cfg) if self.resume else None
+        path = self.exp.path / SNAPSHOT_FILENAME
+        state = take_snapshot(path, self.cfg, self._resumed_from) if self.resume else None
         if state is None:
             return
         self.progress.restore_counters(restore_snapshot(state, self.wiring, self.host))

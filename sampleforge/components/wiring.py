@@ -44,6 +44,7 @@ from sampleforge.comms.queues import make_queue, send_many
 from sampleforge.components.eval_worker import EvaluationEndpoints, EvaluationWorker
 from sampleforge.components.inference_worker import InferenceEndpoints, InferenceWorker
 from sampleforge.components.learner_worker import LearnerEndpoints, LearnerWorker
+from sampleforge.components.memory_estimate import check_memory
 from sampleforge.components.rollout_worker import RolloutEndpoints, RolloutWorker
 from sampleforge.config import Config
 from sampleforge.envs.policy_mapping import PolicyMapping
@@ -157,6 +158,13 @@ def trajectory_layout(cfg: Config, env: EnvInfo, rnn_state_size: int) -> Traject
             total_splits, rows, cfg.rollout, cfg.dataset_size * cfg.num_policies
         ),
     )
+
+
+def check_run_fits(cfg: Config, env: EnvInfo, device: torch.device) -> None:
+    """ConfigError if the buffers `wire` would allocate cannot fit in this machine's memory;
+    called before the experiment folder is touched, so a refused run leaves nothing behind."""
+    probe = make_actor_critic(cfg, env.observation_space, env.action_space)
+    check_memory(cfg, trajectory_layout(cfg, env, probe.rnn_state_size), model_numel(probe), device)
 
 
 def wire(
@@ -296,6 +304,7 @@ def _rollout_spec(
             seed=cfg.seed,
             frameskip=env.frameskip,
             env_error_policy=cfg.env_error_policy,
+            max_consecutive_env_faults=cfg.max_consecutive_env_faults,
             generation=generation,
             policy_mapping=policy_mapping(cfg),
         ),

@@ -7,6 +7,7 @@ and reject exactly the same values with the same messages.
 from __future__ import annotations
 
 import argparse
+import math
 import typing
 from typing import Any, Sequence
 
@@ -41,7 +42,8 @@ class ConfigArgumentParser(argparse.ArgumentParser):
             bad = [w for w in message.split(":", 1)[1].split() if w.startswith("--")]
             hints = "".join(suggest_name(w.split("=")[0], self._known_flags()) for w in bad[:1])
             message = f"{message}{hints}"
-        super().error(message)
+        # One line, not argparse's usage first: a training command's usage lists every flag.
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
     def _known_flags(self) -> list[str]:
         """Every flag of this parser and of its subcommands (unknown flags of a subcommand
@@ -63,6 +65,17 @@ def bool_arg(value: str) -> bool:
     if lowered in ("false", "0", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"{value!r} is not a boolean (use true or false)")
+
+
+def positive_number(value: str) -> float:
+    """argparse type of a flag that takes a finite number > 0 (a frame rate, a duration)."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not (math.isfinite(number) and number > 0):
+        raise argparse.ArgumentTypeError(f"{value} is not allowed (allowed: a finite number > 0)")
+    return number
 
 
 def add_switch(parser: Any, flag: str, help: str) -> None:
@@ -138,5 +151,6 @@ __all__ = [
     "bool_arg",
     "config_from_args",
     "parse_config",
+    "positive_number",
     "ConfigError",
 ]

@@ -67,6 +67,12 @@ class Config:
         "registers EnvId with Gymnasium).",
         "experiment",
     )
+    drop_obs_keys: str = option(
+        "",
+        "Keys of the env's Dict observations to drop, comma separated (e.g. a Text "
+        "'mission' the models cannot take). Every env built for the run goes without them.",
+        "experiment",
+    )
     experiment: Optional[str] = option(
         None, "Experiment name: the folder under train_dir. Default: the env name.", "experiment"
     )
@@ -84,7 +90,10 @@ class Config:
         "experiment",
     )
     seed: Optional[int] = option(
-        None, "Random seed for torch, numpy and the envs. Default: random.", "experiment"
+        None,
+        "Random seed for torch, numpy and the envs, in [0, 2**32) less the offsets of the "
+        "seeds derived per policy and worker. Default: random.",
+        "experiment",
     )
     device: DeviceName = option(
         "auto",
@@ -93,7 +102,7 @@ class Config:
     )
     algorithm: AlgorithmName = option(
         "appo",
-        "appo: PPO clipping + V-trace; impala: V-trace actor-critic without a trust "
+        "appo: PPO clipping, advantages from V-trace or GAE (with_vtrace); impala: V-trace actor-critic without a trust "
         "region; a3c: advantage actor-critic without off-policy correction.",
         "experiment",
     )
@@ -368,6 +377,12 @@ class Config:
         "(the failed step is never trained on), or fail the run.",
         "reliability",
     )
+    max_consecutive_env_faults: int = option(
+        100,
+        "With env_error_policy restart: the run fails when one env faults this many steps "
+        "in a row (restarting it, or its worker, would only repeat the fault).",
+        "reliability",
+    )
     env_step_timeout_sec: float = option(
         60.0,
         "A rollout worker whose envs make no progress for this long is killed and replaced.",
@@ -380,8 +395,8 @@ class Config:
     )
     max_consecutive_skipped_updates: int = option(
         20,
-        "The run fails after this many SGD steps in a row with a non-finite loss or "
-        "gradient (each one is skipped, leaving the model untouched).",
+        "The run fails after this many SGD steps in a row with a non-finite loss, "
+        "gradient or resulting weights (each one is skipped, leaving the model untouched).",
         "reliability",
     )
 
@@ -439,6 +454,11 @@ class Config:
         """The experiment folder's name: `experiment`, or the env name when unset (with any
         '/' or ':' of names like `pettingzoo:family/env` made '_')."""
         return self.experiment or self.env.replace("/", "_").replace(":", "_")
+
+    @property
+    def obs_keys_to_drop(self) -> tuple[str, ...]:
+        """`drop_obs_keys` as a tuple of names (empty entries ignored)."""
+        return tuple(k.strip() for k in self.drop_obs_keys.split(",") if k.strip())
 
     @property
     def envs_per_split(self) -> int:

@@ -14,6 +14,7 @@ import types
 import typing
 from typing import Any, Callable, Iterable, Mapping
 
+from sampleforge.config.ranges import float_problems, seed_problems
 from sampleforge.config.schema import Config, config_fields
 from sampleforge.config.sources import SOURCES_KEY, attach_sources, layered_settings
 
@@ -205,58 +206,33 @@ _POSITIVE_INTS = (
     "train_for_env_steps",
     "max_policy_lag",
     "max_consecutive_skipped_updates",
+    "max_consecutive_env_faults",
     "eval_episodes",
     "snapshot_every_env_steps",
     "pbt_period_env_steps",
     "learner_torch_threads",
 )
-_POSITIVE_FLOATS = (
-    "learning_rate",
-    "adam_eps",
-    "report_every_sec",
-    "save_every_sec",
-    "reward_scale",
-    "env_step_timeout_sec",
-)
-_UNIT_INTERVAL = (
-    "gamma",
-    "gae_lambda",
-    "adam_beta1",
-    "adam_beta2",
-    "frozen_opponent_prob",
-    "pbt_mutation_probability",
-)
-_NON_NEGATIVE = (
-    "max_grad_norm",
-    "value_loss_coeff",
-    "entropy_coeff",
-    "ppo_clip_ratio",
-    "vtrace_rho_bar",
-    "vtrace_c_bar",
-    "num_frozen_opponents",
-    "pbt_replace_threshold",
-)
+_NON_NEGATIVE_INTS = ("num_frozen_opponents",)
 
 
 def range_problems(cfg: Config) -> list[str]:
-    """Out-of-range single values."""
+    """Out-of-range single values: the floats (finite, within float32 and their own range,
+    see `config/ranges.py`), the seed, and every other setting."""
+    return float_problems(cfg) + seed_problems(cfg) + _value_range_problems(cfg)
+
+
+def _value_range_problems(cfg: Config) -> list[str]:
     problems = []
     for name in _POSITIVE_INTS:
         if getattr(cfg, name) < 1:
             problems.append(f"{name}: {getattr(cfg, name)} must be >= 1")
-    for name in _POSITIVE_FLOATS:
-        if not getattr(cfg, name) > 0:
-            problems.append(f"{name}: {getattr(cfg, name)} must be > 0")
-    for name in _UNIT_INTERVAL:
-        if not 0.0 <= getattr(cfg, name) <= 1.0:
-            problems.append(f"{name}: {getattr(cfg, name)} must be in [0, 1]")
     if not 0 <= cfg.max_component_restarts <= 100:
         problems.append(
             f"max_component_restarts: {cfg.max_component_restarts} must be in "
             "[0, 100] (each allowed restart reserves a fresh inbox per worker)"
         )
-    for name in _NON_NEGATIVE:
-        if not getattr(cfg, name) >= 0:
+    for name in _NON_NEGATIVE_INTS:
+        if getattr(cfg, name) < 0:
             problems.append(f"{name}: {getattr(cfg, name)} must be >= 0")
     if cfg.sampling_lead_sgd_steps is not None and cfg.sampling_lead_sgd_steps < 0:
         problems.append(
@@ -269,20 +245,17 @@ def range_problems(cfg: Config) -> list[str]:
             problems.append(f"{name}: {value} must be >= 1 (or none)")
     if cfg.early_env_steps < 0:
         problems.append(f"early_env_steps: {cfg.early_env_steps} must be >= 0")
-    for name in ("train_for_seconds", "value_clip", "reward_clip"):
-        value = getattr(cfg, name)
-        if value is not None and not value > 0:
-            problems.append(f"{name}: {value} must be > 0 (or none)")
-    if cfg.ppo_dual_clip is not None and not cfg.ppo_dual_clip > 1.0:
-        problems.append(f"ppo_dual_clip: {cfg.ppo_dual_clip} must be > 1 (or none)")
-    if not cfg.pbt_mutation_factor > 1.0:
-        problems.append(f"pbt_mutation_factor: {cfg.pbt_mutation_factor} must be > 1")
     if any(size < 1 for size in cfg.mlp_hidden_sizes):
         problems.append(f"mlp_hidden_sizes: {cfg.mlp_hidden_sizes} must all be >= 1")
     problem = experiment_name_problem(cfg.experiment_name)
     if problem:
         problems.append(f"experiment: {cfg.experiment_name!r} {problem}")
     return problems
+
+
+# File systems allow 255 bytes per name; the experiment's lock file beside its folder,
+# `.<experiment>.lock` (checkpoint/experiment_lock.py), takes 6 more than the folder.
+MAX_EXPERIMENT_NAME_BYTES = 255 - 6
 
 
 def experiment_name_problem(name: str) -> str | None:
@@ -296,6 +269,12 @@ def experiment_name_problem(name: str) -> str | None:
         return "must be a single folder name (no '/', '\\' or NUL)"
     if name.startswith("~"):
         return "must not start with '~' (it is a folder name inside train_dir, not a path)"
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > MAX_EXPERIMENT_NAME_BYTES:
+        return (
+            f"is {size} bytes long: at most {MAX_EXPERIMENT_NAME_BYTES} allowed (a file name "
+            "has at most 255, and the experiment's lock file '.<name>.lock' adds 6)"
+        )
     return None
 
 

@@ -4,11 +4,15 @@ Responsibility: let users register their own environment factories from their ow
 resolve a name (a sampleforge name first, then any Gymnasium id, then Gymnasium's
 ``module:EnvId`` form, which imports ``module`` so it registers ``EnvId``), build the environment
 with episode statistics attached, derive per-(worker, env) seeds, and describe an
-environment's spaces without the caller keeping an instance around.
+environment's spaces without the caller keeping an instance around. That description comes
+from a probe env, built and reset once (single-agent envs): an env that cannot be built, or
+whose first observation does not have the shape its space declares, is refused there with a
+one-line ``EnvStartError`` naming it, before any worker starts.
 
 It must not: know about any particular environment family (Atari lives in ``atari.py``),
 step environments for training, touch models or processes, or reset environments on the
-caller's behalf (the first ``reset(seed=...)`` belongs to whoever drives the env).
+caller's behalf (the first ``reset(seed=...)`` belongs to whoever drives the env; the probe env
+is the registry's own).
 """
 
 from __future__ import annotations
@@ -16,15 +20,23 @@ from __future__ import annotations
 import difflib
 import importlib
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
-from sampleforge.spaces import check_supported
+from sampleforge.envs.dropped_obs_keys import DropObservationKeys
+from sampleforge.envs.stepping.faults import scalar_reward
+from sampleforge.spaces import (
+    OBS_KEY,
+    UnsupportedSpaceError,
+    check_supported,
+    observation_specs,
+    observation_to_dict,
+)
 
 if TYPE_CHECKING:
     from sampleforge.envs.multi_agent import MultiAgentEnv
@@ -33,6 +45,12 @@ if TYPE_CHECKING:
 class UnknownEnvError(ValueError):
     """Raised when a name is neither a registered sampleforge env nor a Gymnasium id (also when
     the module of a ``module:EnvId`` name cannot be imported)."""
+
+
+class EnvStartError(ValueError):
+    """The probe env of :func:`env_info` could not be built or reset, or its first
+    observation does not have the shape its space declares. One line, naming the env and
+    carrying the original exception's type and message."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +86,9 @@ class EnvSpec:
     description: str = ""
     # The factory returns a `MultiAgentEnv` (several agent seats) rather than a gymnasium.Env.
     multi_agent: bool = False
+    # Dict observation keys `make_env` removes (the `drop_obs_keys` setting; see
+    # `dropped_obs_keys.py`), so every consumer of the spec sees the same reduced space.
+    drop_obs_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,7 +106,15 @@ class EnvInfo:
     reward_shaping: dict[str, float] = field(default_factory=dict)
 
 
-class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
+class _RewardIsANumber(gym.Wrapper):
+    """Checks (and makes a float of) the reward of each step; see `EpisodeStatistics`."""
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, scalar_reward(reward), terminated, truncated, info
+
+
+class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics, _RewardIsANumber):
     """Adds ``info["episode"] = {"r": float, "l": int}`` on the step that ends an episode.
 
     Place it directly around the raw environment, under any reward clipping or
@@ -94,6 +123,12 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
     Gymnasium's wrapper does the counting; this subclass only narrows the record to plain
     Python numbers, because it is sent between processes and NumPy scalars or the extra
     wall-clock field would leak into every consumer.
+
+    Gymnasium's ``step`` adds the reward to the return first thing: a reward of None or a
+    string would fail there with an unrelated TypeError, and an array would make the return an
+    array. `_RewardIsANumber` comes after it in the method order, so its check runs on the
+    inner env's result before that, without a wrapper layer of its own (``.env`` stays the raw
+    env).
     """
 
     def __init__(self, env: gym.Env) -> None:
@@ -110,7 +145,8 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
-_INFO_CACHE: dict[str, EnvInfo] = {}
+# Keyed by (name, dropped observation keys).
+_INFO_CACHE: dict[tuple[str, tuple[str, ...]], EnvInfo] = {}
 # Families whose names are patterns rather than a list (e.g. "pettingzoo:<module>").
 _RESOLVERS: list[Callable[[str], "EnvSpec | None"]] = []
 _ale_registration_tried = False
@@ -149,7 +185,8 @@ def register_env(
         multi_agent=multi_agent,
     )
     # A replaced factory may have different spaces.
-    _INFO_CACHE.pop(name, None)
+    for cached in [key for key in _INFO_CACHE if key[0] == name]:
+        del _INFO_CACHE[cached]
 
 
 def register_env_resolver(resolver: Callable[[str], EnvSpec | None]) -> None:
@@ -163,14 +200,20 @@ def registered_envs() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def resolve_env(name: str) -> EnvSpec:
+def resolve_env(name: str, *, drop_obs_keys: Sequence[str] = ()) -> EnvSpec:
     """Find the spec for ``name``: a sampleforge name first, then a Gymnasium id.
 
     ``module:EnvId`` (Gymnasium's own syntax, for a name no resolver such as ``pettingzoo:``
     or ``envpool:`` claims) imports ``module``, which registers ``EnvId`` with Gymnasium, and
     resolves ``EnvId``. The spec's factory imports the module again where it runs, so spawned
     worker processes can build the env without having imported anything themselves.
+    ``drop_obs_keys``: Dict observation keys every env built from the spec goes without.
     """
+    spec = _resolve_env(name)
+    return replace(spec, drop_obs_keys=tuple(drop_obs_keys)) if drop_obs_keys else spec
+
+
+def _resolve_env(name: str) -> EnvSpec:
     if name in _REGISTRY:
         return _REGISTRY[name]
     for resolver in _RESOLVERS:
@@ -217,6 +260,11 @@ def make_env(name: str | EnvSpec, context: EnvContext = EnvContext()) -> gym.Env
     """
     spec = name if isinstance(name, EnvSpec) else resolve_env(name)
     name = spec.name
+    if spec.multi_agent and spec.drop_obs_keys:
+        raise UnsupportedSpaceError(
+            f"env {name!r}: --drop_obs_keys works on single-agent envs only; drop the keys "
+            "in the multi-agent env itself"
+        )
     env = spec.factory(context)
     if spec.multi_agent:
         return _checked_multi_agent(name, env, context)
@@ -226,6 +274,12 @@ def make_env(name: str | EnvSpec, context: EnvContext = EnvContext()) -> gym.Env
         )
     if not _has_episode_statistics(env):
         env = EpisodeStatistics(env)
+    if spec.drop_obs_keys:
+        try:
+            env = DropObservationKeys(env, spec.drop_obs_keys, name)
+        except UnsupportedSpaceError:
+            env.close()
+            raise
     _seed_spaces(env, context)
     return env
 
@@ -250,13 +304,21 @@ def _seed_spaces(env: Any, context: EnvContext) -> None:
         env.observation_space.seed(seed)
 
 
-def env_info(name: str) -> EnvInfo:
+def env_info(name: str, *, drop_obs_keys: Sequence[str] = ()) -> EnvInfo:
     """Spaces and facts of ``name``, from one throwaway instance (cached per name)."""
-    cached = _INFO_CACHE.get(name)
+    cache_key = (name, tuple(drop_obs_keys))
+    cached = _INFO_CACHE.get(cache_key)
     if cached is not None:
         return cached
-    spec = resolve_env(name)
-    env = make_env(spec)
+    spec = resolve_env(name, drop_obs_keys=drop_obs_keys)
+    try:
+        env = make_env(spec)
+    except UnsupportedSpaceError:
+        raise  # a --drop_obs_keys that does not fit the env: already one line naming it
+    except Exception as e:  # the user's factory or env class: any error, told in one line
+        raise EnvStartError(
+            f"env {name!r} could not be created: {_one_line(e)}{_render_mode_hint(e)}"
+        ) from e
     try:
         info = EnvInfo(
             observation_space=env.observation_space,
@@ -266,11 +328,52 @@ def env_info(name: str) -> EnvInfo:
             num_agents=int(getattr(env, "num_agents", 1)) if spec.multi_agent else 1,
             reward_shaping=dict(getattr(env, "reward_shaping_defaults", {})),
         )
+        _check_supported_spaces(name, info)
+        if not spec.multi_agent:
+            # Not multi-agent envs: a duel's reset starts its game servers; its workers check.
+            _probe_first_observation(name, env)
     finally:
         env.close()
-    _check_supported_spaces(name, info)
-    _INFO_CACHE[name] = info
+    _INFO_CACHE[cache_key] = info
     return info
+
+
+def observation_shape_problem(obs: Any, space: gym.Space) -> str | None:
+    """How one observation differs in shape from what ``space`` declares (for an error line:
+    "an observation of shape (3,), but its observation space declares (4,)"), or None."""
+    try:
+        parts = observation_to_dict(obs, space)
+    except Exception as e:  # noqa: BLE001 - a missing Dict key, a value that is no array
+        return f"an observation that does not fit its observation space ({_one_line(e)})"
+    for key, spec in observation_specs(space).items():
+        shape = tuple(parts[key].shape)
+        if shape != spec.shape:
+            part = "an observation" if key == OBS_KEY else f"observation key {key!r}"
+            return f"{part} of shape {shape}, but its observation space declares {spec.shape}"
+    return None
+
+
+def _probe_first_observation(name: str, env: gym.Env) -> None:
+    try:
+        obs, _ = env.reset()
+    except Exception as e:
+        raise EnvStartError(f"env {name!r} failed in its first reset: {_one_line(e)}") from e
+    problem = observation_shape_problem(obs, env.observation_space)
+    if problem is not None:
+        raise EnvStartError(f"env {name!r} returned {problem} (at its first reset)")
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(f"{type(error).__name__}: {error}".split())
+
+
+def _render_mode_hint(error: BaseException) -> str:
+    if isinstance(error, TypeError) and "render_mode" in str(error):
+        return (
+            " (sampleforge passes render_mode to gymnasium.make: give the env's constructor "
+            "a render_mode=None argument)"
+        )
+    return ""
 
 
 def _spec_from_gymnasium(
@@ -327,9 +430,8 @@ def _import_env_module(module: str, name: str) -> None:
     try:
         importlib.import_module(module)
     except Exception as err:  # any failure of the user's module, not only ImportError
-        detail = " ".join(f"{type(err).__name__}: {err}".split())  # one line
         raise UnknownEnvError(
-            f"environment {name!r}: cannot import module {module!r} ({detail})"
+            f"environment {name!r}: cannot import module {module!r} ({_one_line(err)})"
         ) from err
 
 

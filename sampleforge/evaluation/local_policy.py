@@ -20,7 +20,7 @@ import torch
 from sampleforge.config import Config
 from sampleforge.models.actor_critic import ActorCritic
 from sampleforge.models.factory import make_actor_critic
-from sampleforge.spaces import actions_to_env, observation_to_dict
+from sampleforge.spaces import actions_to_env, observation_array, observation_to_dict
 
 
 class LocalPolicy:
@@ -119,13 +119,13 @@ class LocalPolicy:
             if not batched:
                 return False, _add_batch_axis(observation_to_dict(observation, space))
             return True, {
-                key: _to_dtype(np.asarray(observation[key]), sub)
+                key: observation_array(observation[key], sub, key)
                 for key, sub in sorted(space.spaces.items())
             }
         array = np.asarray(observation)
         if not _is_batch(array, space, "observation"):
             return False, _add_batch_axis(observation_to_dict(array, space))
-        return True, {"obs": _to_dtype(array, space)}
+        return True, {"obs": observation_array(array, space)}
 
     def _as_states(self, state: np.ndarray | None, size: int, batched: bool) -> torch.Tensor:
         if state is None or self.rnn_state_size == 0:
@@ -143,7 +143,7 @@ class LocalPolicy:
 
 
 def _is_batch(array: np.ndarray, box: gym.Space, name: str) -> bool:
-    assert box.shape is not None  # supported observation spaces are Box or Dict(Box...)
+    assert box.shape is not None  # supported observation parts (Box, discrete) have shapes
     shape = tuple(box.shape)
     if array.shape == shape:
         return False
@@ -153,10 +153,6 @@ def _is_batch(array: np.ndarray, box: gym.Space, name: str) -> bool:
         f"{name} has shape {array.shape}; expected {shape} (one observation) or "
         f"(batch, {', '.join(map(str, shape))}) (a batch)"
     )
-
-
-def _to_dtype(array: np.ndarray, box: gym.Space) -> np.ndarray:
-    return np.asarray(array, dtype=np.uint8 if box.dtype == np.uint8 else np.float32)
 
 
 def _add_batch_axis(row: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:

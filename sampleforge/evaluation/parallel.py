@@ -6,18 +6,23 @@ process builds the policy once (from the config and a state dict) and plays its 
 episodes with `EpisodeRunner`; episode ``i`` is seeded the same way wherever it runs, so a
 deterministic policy gives the same numbers as an in-process evaluation.
 
-Must not: train, read checkpoints (the caller passes weights), or outlive the call.
+Must not: train, read checkpoints (the caller passes weights), or outlive the call. Its
+processes ignore SIGINT: a Ctrl-C at a terminal reaches the whole process group, and a worker
+that died of it would be replaced by the pool while its episodes were lost, so that the call
+never returned. The caller alone acts on it; leaving the pool terminates the workers.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
+from sampleforge.comms.interrupts import leave_signals_to_the_parent, signals_deferred
 from sampleforge.config import Config
 from sampleforge.envs.registry import EnvSpec, make_env
 from sampleforge.evaluation.episodes import (
@@ -66,11 +71,15 @@ def evaluate_in_processes(
         )
     chunks = [chunk.tolist() for chunk in np.array_split(np.arange(num_episodes), processes)]
     context = multiprocessing.get_context("spawn")
-    with context.Pool(
-        processes,
-        initializer=_init_process,
-        initargs=(cfg, env_spec, weights, seed, deterministic, envs_per_process),
-    ) as pool:
+    # Deferred in the workers (and the pool's threads, which start any replacement) until each
+    # ignores it (`_init_process`); this thread takes it again as soon as the pool exists.
+    with signals_deferred((signal.SIGINT,)):
+        pool = context.Pool(
+            processes,
+            initializer=_init_process,
+            initargs=(cfg, env_spec, weights, seed, deterministic, envs_per_process),
+        )
+    with pool:  # leaving it, also on Ctrl-C or SIGTERM (`cli/signals.py`), ends the workers
         parts = pool.map(_play, chunks, chunksize=1)
     return EvaluationResult.from_episodes(triple for part in parts for triple in part)
 
@@ -91,6 +100,7 @@ def _init_process(
     deterministic: bool,
     envs_per_process: int,
 ) -> None:
+    leave_signals_to_the_parent(survive_sigterm=False)  # `Pool.terminate` sends SIGTERM
     torch.set_num_threads(1)  # the pool has one process per core already
     _process_state.update(
         policy=_build_policy(cfg, env_spec, weights),

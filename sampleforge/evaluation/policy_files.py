@@ -10,7 +10,17 @@ Responsibility: the places a policy's weights can come from, all loaded weights-
 - a model file written by :func:`save_model_file` (the Python API's ``save``): config and the
   weights of every policy in one file.
 
-Must not: build networks, start processes, or write into experiment folders.
+A model file is meant to travel, so reading one trusts it with the model only: the settings of
+the machine or user that saved it (:data:`MACHINE_LOCAL_SETTINGS`) are left out of the config it
+gives, and a config whose settings name a module to import (:data:`IMPORTING_SETTINGS`: a
+``module:EnvId`` or ``pettingzoo:<module>`` env, a ``module:name`` encoder, a
+``package.module:function`` policy mapping) is refused unless the caller trusts it
+(``trust_config=True``) or gives those settings itself. The check runs before the config is
+validated, since validating a policy mapping imports it. An experiment folder is trusted as the
+run that wrote it is (docs/reliability.md, "What a run trusts").
+
+Must not: build networks, start processes, write into experiment folders, or import anything a
+model file names unless trusted.
 """
 
 from __future__ import annotations
@@ -28,12 +38,36 @@ import torch
 
 from sampleforge.checkpoint.store import CheckpointError, CheckpointStore, policy_checkpoint_dir
 from sampleforge.config import Config, ConfigError, config_from_dict, config_to_dict
+from sampleforge.envs.envpool_env import ENVPOOL_PREFIX
+from sampleforge.envs.pettingzoo_env import pettingzoo_module
+from sampleforge.envs.policy_mapping import BUILT_IN_MAPPINGS
+from sampleforge.envs.registry import registered_envs
 
 MODEL_FILE_FORMAT = "sampleforge-model"
 MODEL_FILE_VERSION = 1
 CHECKPOINT_CHOICES = ("latest", "best", "best_eval")
 CONFIG_NAME = "config.json"
 _SIDECAR_SUFFIX = ".sha256"
+# Settings that belong to the machine or the user that saved a model file, not to the model: a
+# model file's config never sets them (the loader's own, its env family's or the defaults do).
+MACHINE_LOCAL_SETTINGS = (
+    # where a run writes, and under what name
+    "train_dir",
+    "experiment",
+    "restart_behavior",
+    # the hardware it ran on
+    "device",
+    "num_workers",
+    "num_inference_workers",
+    "learner_torch_threads",
+    # the user's accounts
+    "with_wandb",
+    "wandb_project",
+    "wandb_entity",
+    "wandb_group",
+)
+# Settings whose value may name a module that resolving the setting imports.
+IMPORTING_SETTINGS = ("env", "encoder", "policy_mapping")
 
 
 class PolicyFileError(ValueError):
@@ -48,6 +82,8 @@ class SavedPolicy:
     state_dicts: dict[int, dict[str, torch.Tensor]]
     env_steps: int
     source: Path
+    # Read from a model file: `cfg` holds none of the file's MACHINE_LOCAL_SETTINGS.
+    from_model_file: bool = False
 
 
 def read_experiment_config(experiment_dir: Path | str) -> Config:
@@ -98,8 +134,20 @@ def read_weights_file(path: Path | str, policy_id: int = 0) -> dict[str, torch.T
     return _weights_in(_load_state(Path(path)), Path(path), policy_id)
 
 
-def load_saved_policy(path: Path | str, checkpoint: str = "latest") -> SavedPolicy:
-    """The config and weights of an experiment folder (at `checkpoint`) or a model file."""
+def load_saved_policy(
+    path: Path | str,
+    checkpoint: str = "latest",
+    *,
+    trust_config: bool = False,
+    replacing: Mapping[str, Any] | None = None,
+) -> SavedPolicy:
+    """The config and weights of an experiment folder (at `checkpoint`) or a model file.
+
+    For a model file (see the module docstring): `replacing` holds settings the caller gives
+    instead of the file's (checked and validated in their place); the file's machine-local
+    settings are left out; settings that name a module to import are refused with
+    PolicyFileError unless `trust_config`.
+    """
     path = Path(path)
     if path.is_dir():
         cfg = read_experiment_config(path)
@@ -116,13 +164,53 @@ def load_saved_policy(path: Path | str, checkpoint: str = "latest") -> SavedPoli
             f"{path} is not a model file written by save() (a checkpoint "
             "holds no config: pass its experiment folder instead)"
         )
+    settings = {k: v for k, v in state["config"].items() if k not in MACHINE_LOCAL_SETTINGS}
+    settings.update(replacing or {})
+    named = [] if trust_config else named_imports(settings)
+    if named:
+        raise PolicyFileError(
+            f"the config in {path} names code to import ({', '.join(named)}); a model file is "
+            "trusted with weights only: pass trust_config=True if you trust the file, or give "
+            "those settings yourself (env=, encoder=, policy_mapping=)"
+        )
     try:
-        cfg = config_from_dict(state["config"])
+        cfg = config_from_dict(settings)
     except ConfigError as err:
         raise PolicyFileError(f"the config in {path} is not valid here: {err}") from None
     return SavedPolicy(
-        cfg=cfg, state_dicts=dict(state["policies"]), env_steps=int(state["env_steps"]), source=path
+        cfg=cfg,
+        state_dicts=dict(state["policies"]),
+        env_steps=int(state["env_steps"]),
+        source=path,
+        from_model_file=True,
     )
+
+
+def named_imports(settings: Mapping[str, Any]) -> list[str]:
+    """The `IMPORTING_SETTINGS` of a config dict whose values would import a module when
+    used, as ``name='value'`` (conservatively: any such form, whether or not it is imported
+    already)."""
+    found = []
+    env, encoder, mapping = (settings.get(name) for name in IMPORTING_SETTINGS)
+    if isinstance(env, str) and _env_imports_a_module(env):
+        found.append(f"env={env!r}")
+    if isinstance(encoder, str) and ":" in encoder:  # module:name; built-in names have none
+        found.append(f"encoder={encoder!r}")
+    if isinstance(mapping, str) and mapping not in BUILT_IN_MAPPINGS:
+        found.append(f"policy_mapping={mapping!r}")
+    return found
+
+
+def _env_imports_a_module(name: str) -> bool:
+    """Whether resolving env `name` may import a module the name chooses."""
+    if ":" not in name or name in registered_envs():
+        return False  # a plain id, or a name registered in this process
+    if name.startswith(ENVPOOL_PREFIX):
+        return False  # an EnvPool task id: imports envpool only
+    module = pettingzoo_module(name)
+    if module is not None:
+        return "/" not in module  # an id in PettingZoo's registry imports pettingzoo only
+    return True  # module:EnvId
 
 
 def save_model_file(

@@ -3,8 +3,10 @@
 Responsibility: wrap an `ActorCritic` in a module whose forward is one acting step with plain
 tensor inputs and outputs, and write it with ``torch.onnx.export``:
 
-    inputs   one per observation key (``obs`` for a Box space; a Dict space's keys, sorted),
-             in the observation dtype (uint8 images stay uint8), [batch, *shape];
+    inputs   one per observation key (``obs`` for a non-Dict space; a Dict space's keys,
+             sorted), in the observation dtype (uint8 images stay uint8; discrete parts are
+             zero-based integer indices, ``spaces.observation_to_dict``'s form, one-hot encoded
+             inside the graph), [batch, *shape];
              ``rnn_state`` [batch, S] for a recurrent policy
     outputs  ``action``: the deterministic action [batch, A] (int64 category indices for
              discrete spaces, the raw Gaussian mean for Box, not clipped to the bounds);

@@ -76,8 +76,8 @@ class ActorCritic(nn.Module):
 
     Attributes: ``obs_specs`` (dict key -> TensorSpec), ``action_spec`` (TensorSpec of one
     action row), ``rnn_state_size`` (S; 0 without recurrence), ``normalized_keys`` (observation
-    keys that are normalised: every non-uint8 key with ``normalize_obs``, every uint8 image key,
-    pixel by pixel, with ``normalize_pixels``), ``returns_normalizer`` (running statistics of
+    keys that are normalised: every float32 key with ``normalize_obs``, every uint8 image key,
+    pixel by pixel, with ``normalize_pixels``; never discrete indices or bits), ``returns_normalizer`` (running statistics of
     the value targets when ``normalize_returns`` is on, else None).
     """
 
@@ -130,8 +130,7 @@ class ActorCritic(nn.Module):
         self.normalized_keys: list[str] = []
         self.obs_normalizers = nn.ModuleList()
         for key, spec in self.obs_specs.items():
-            is_pixels = spec.dtype == torch.uint8
-            if self.normalize_pixels if is_pixels else self.normalize_obs:
+            if _normalized(spec, normalize_obs=self.normalize_obs, pixels=self.normalize_pixels):
                 self.normalized_keys.append(key)
                 self.obs_normalizers.append(RunningMeanStd(spec.shape))
         # The value head predicts (V - mean) / std of these statistics; the learner updates them
@@ -274,6 +273,15 @@ class ActorCritic(nn.Module):
             normalized_values=normalized_values,
             uniform_kl=_uniform_kl(dist, time, batch),
         )
+
+
+def _normalized(spec: spaces.TensorSpec, *, normalize_obs: bool, pixels: bool) -> bool:
+    """Whether an observation key gets running mean/std statistics. Discrete indices and
+    MultiBinary bits (the integer specs) never do: the encoders one-hot the raw index, and
+    a z-scored bit carries nothing more than the bit."""
+    if spec.dtype == torch.uint8:
+        return pixels
+    return normalize_obs and spec.dtype == torch.float32
 
 
 def _uniform_kl(

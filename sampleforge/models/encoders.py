@@ -1,8 +1,8 @@
 """Observation encoders: turn a dict of observation tensors into one feature vector per sample.
 
-Responsible for: the MLP encoder for vector observations, the Sample Factory "simplified" and
-DQN Nature conv encoders and IMPALA's residual network for images, the multi-input encoder for
-Dict observations, registering them as the built-in encoders (``registry.py``), and
+Responsible for: the MLP encoder for vector observations, the one-hot encoding of discrete
+observations (``OneHot``), the Sample Factory "simplified" and DQN Nature conv encoders and
+IMPALA's residual network for images, the multi-input encoder for Dict observations, registering them as the built-in encoders (``registry.py``), and
 ``make_encoder``, which builds any registered encoder by name.
 
 Must not: normalise observations (that is ``RunningMeanStd``'s job, applied by the
@@ -18,6 +18,11 @@ Image rules (``is_image_spec`` / ``image_layout``):
     255 on whatever device the input lives on (so host->device copies move 1 byte/pixel);
     float images (``normalize_pixels``: the actor-critic has already normalised them) are used
     as they are.
+
+Discrete rules: a spec with ``categories`` (a Discrete or MultiDiscrete observation, stored as
+zero-based integer indices; see ``sampleforge.spaces``) is one-hot encoded inside ``forward``,
+on the input's device, one block per element, concatenated (as Stable-Baselines3 and RLlib do);
+MultiBinary bits (int8) are used as 0/1 floats. Both then go through the MLP with the vectors.
 """
 
 from __future__ import annotations
@@ -92,6 +97,57 @@ class Encoder(nn.Module):
     registered module need not subclass it, only have an int ``out_size`` (the registry checks)."""
 
     out_size: int
+
+
+class OneHot(nn.Module):
+    """Category indices -> one-hot features, computed where the indices live.
+
+    categories: the number of categories of each element (``TensorSpec.categories``).
+    forward(x: integer [B, *shape], zero-based, prod(shape) == len(categories)) -> float
+    [B, sum(categories)]: element i's one-hot in its own block, blocks in row-major order.
+    Indices must lie in range (``spaces.observation_to_dict`` checks what envs return).
+    """
+
+    offsets: torch.Tensor
+
+    def __init__(self, categories: Sequence[int]) -> None:
+        super().__init__()
+        self.categories = tuple(int(n) for n in categories)
+        self.out_size = sum(self.categories)
+        starts = [sum(self.categories[:i]) for i in range(len(self.categories))]
+        # Not persistent: derived from the space, so checkpoints stay free of it.
+        self.register_buffer("offsets", torch.tensor(starts, dtype=torch.long), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        index = x.reshape(x.shape[0], -1).long() + self.offsets
+        one_hot = torch.zeros(x.shape[0], self.out_size, device=x.device)
+        return one_hot.scatter_(1, index, 1.0)
+
+    def extra_repr(self) -> str:
+        return f"categories={self.categories}"
+
+
+class VectorInput(nn.Module):
+    """One non-image observation key as float features: forward(x: [B, *shape]) -> [B, size].
+
+    Discrete parts (``spec.categories``) are one-hot encoded; everything else is flattened and
+    cast to float (MultiBinary bits stay 0/1; uint8 vectors are not scaled unless
+    ``scale_pixels``, which divides uint8 input by 255 as the image encoders do).
+    """
+
+    def __init__(self, spec: TensorSpec, scale_pixels: bool = False) -> None:
+        super().__init__()
+        self.one_hot = None if spec.categories is None else OneHot(spec.categories)
+        self.size = _flat_size(spec.shape) if self.one_hot is None else self.one_hot.out_size
+        self.scale_pixels = bool(scale_pixels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.one_hot is not None:
+            return self.one_hot(x)
+        flat = x.reshape(x.shape[0], -1)
+        if self.scale_pixels and flat.dtype == torch.uint8:
+            return flat.float().mul_(1.0 / 255.0)
+        return flat.float()
 
 
 class MlpEncoder(Encoder):
@@ -285,6 +341,17 @@ class ResnetEncoder(Encoder):
         return torch.relu(self.fc(features.flatten(1)))
 
 
+def _fits_conv(obs_shape: Sequence[int], architecture: str) -> bool:
+    """Whether the image encoder ``architecture`` takes images of this 3-D shape (the conv
+    encoders' strided layers need 36x36 at least; the residual network takes any size)."""
+    if architecture not in _CONV_LAYERS:
+        return True
+    _, _, height, width = _image_size(tuple(int(d) for d in obs_shape))
+    for _, kernel, stride in _CONV_LAYERS[architecture]:
+        height, width = _conv_out(height, kernel, stride), _conv_out(width, kernel, stride)
+    return height >= 1 and width >= 1
+
+
 def _image_encoder(obs_shape: Sequence[int], activation: str, architecture: str) -> Encoder:
     """The image encoder of one 3-D observation: conv_simple, conv_nature or resnet."""
     if architecture == "resnet":
@@ -293,16 +360,19 @@ def _image_encoder(obs_shape: Sequence[int], activation: str, architecture: str)
 
 
 class SingleInputEncoder(Encoder):
-    """Adapts a tensor encoder to the dict interface: forward(obs dict) -> encoder(obs[key])."""
+    """Adapts a tensor encoder to the dict interface: forward(obs dict) -> encoder(obs[key]),
+    or encoder(inputs(obs[key])) with an ``inputs`` module (the one-hot of a discrete key)."""
 
-    def __init__(self, key: str, encoder: Encoder) -> None:
+    def __init__(self, key: str, encoder: Encoder, inputs: nn.Module | None = None) -> None:
         super().__init__()
         self.key = key
+        self.inputs = inputs
         self.encoder = encoder
         self.out_size = int(encoder.out_size)
 
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        return self.encoder(obs[self.key])
+        x = obs[self.key]
+        return self.encoder(x if self.inputs is None else self.inputs(x))
 
 
 class MultiInputEncoder(Encoder):
@@ -310,10 +380,13 @@ class MultiInputEncoder(Encoder):
 
     Each image-like key (see ``is_image_spec``) gets its own image encoder (``conv``:
     conv_simple, conv_nature or resnet); all other keys are
-    flattened, concatenated and fed to one ``MlpEncoder``. Their outputs are concatenated and
+    flattened (discrete keys one-hot encoded; see ``VectorInput``), concatenated and fed to one
+    ``MlpEncoder``. Their outputs are concatenated and
     passed through a linear layer + activation.
     forward(obs: {key: [B, ...]}) -> [B, out_size]. ``out_size`` defaults to 512 when there is an
     image key, else to the last MLP hidden size. ``use_conv=False`` treats every key as a vector.
+    ``small_images_to_mlp`` (the "auto" encoder) sends images too small for ``conv`` (a
+    MiniGrid view of 7x7x3, say) to the MLP, scaled to [0, 1], instead of failing.
     """
 
     def __init__(
@@ -324,19 +397,27 @@ class MultiInputEncoder(Encoder):
         out_size: int | None = None,
         use_conv: bool = True,
         conv: str = "conv_simple",
+        small_images_to_mlp: bool = False,
     ) -> None:
         super().__init__()
         keys = sorted(obs_specs)
-        self.image_keys = [k for k in keys if use_conv and is_image_spec(obs_specs[k])]
+        images = [k for k in keys if use_conv and is_image_spec(obs_specs[k])]
+        self.image_keys = [
+            k for k in images if not small_images_to_mlp or _fits_conv(obs_specs[k].shape, conv)
+        ]
         self.vector_keys = [k for k in keys if k not in self.image_keys]
         # A ModuleList aligned with image_keys (not a ModuleDict) so keys containing "." work.
         self.convs = nn.ModuleList(
             [_image_encoder(obs_specs[k].shape, activation, conv) for k in self.image_keys]
         )
         concat_size = sum(int(cast(Encoder, conv).out_size) for conv in self.convs)
+        # Parameter-free, so the state dict of a model without discrete keys is unchanged.
+        self.vector_inputs = nn.ModuleList(
+            [VectorInput(obs_specs[k], scale_pixels=k in images) for k in self.vector_keys]
+        )
         self.mlp: MlpEncoder | None = None
         if self.vector_keys:
-            in_dim = sum(_flat_size(obs_specs[k].shape) for k in self.vector_keys)
+            in_dim = sum(cast(VectorInput, v).size for v in self.vector_inputs)
             self.mlp = MlpEncoder(in_dim, mlp_hidden_sizes, activation)
             concat_size += self.mlp.out_size
         if out_size is None:
@@ -349,7 +430,7 @@ class MultiInputEncoder(Encoder):
     def forward(self, obs: Mapping[str, torch.Tensor]) -> torch.Tensor:
         parts = [conv(obs[k]) for k, conv in zip(self.image_keys, self.convs)]
         if self.mlp is not None:
-            vectors = [obs[k].flatten(1).float() for k in self.vector_keys]
+            vectors = [vector(obs[k]) for k, vector in zip(self.vector_keys, self.vector_inputs)]
             parts.append(self.mlp(torch.cat(vectors, dim=1)))
         return self.head(torch.cat(parts, dim=1))
 
@@ -377,26 +458,40 @@ def _builtin_encoder(
 ) -> nn.Module:
     """The built-in encoder ``name``.
 
-    "auto": conv_simple for one 3-D uint8 image, MLP for one vector, multi-input for several
-    keys. "mlp": everything flattened through an MLP. "conv_simple", "conv_nature", "resnet":
+    "auto": conv_simple for one 3-D uint8 image, MLP for one vector (discrete observations
+    one-hot encoded first) or for an image smaller than conv_simple takes, multi-input for
+    several keys. "mlp": everything flattened through an MLP. "conv_simple", "conv_nature", "resnet":
     that image encoder; the observation must be 3-D; with several keys, that encoder for each
     image key and an MLP for the rest.
     """
     hidden, activation = settings.mlp_hidden_sizes, settings.activation
     image = name if name in _IMAGE_ENCODERS else "conv_simple"
+    auto = name == "auto"
     if len(obs_specs) > 1:
-        return MultiInputEncoder(obs_specs, hidden, activation, use_conv=name != "mlp", conv=image)
+        return MultiInputEncoder(
+            obs_specs,
+            hidden,
+            activation,
+            use_conv=name != "mlp",
+            conv=image,
+            small_images_to_mlp=auto,
+        )
     ((key, spec),) = obs_specs.items()
-    if (name == "auto" and is_image_spec(spec)) or name in _IMAGE_ENCODERS:
+    small_image = auto and is_image_spec(spec) and not _fits_conv(spec.shape, image)
+    if (auto and is_image_spec(spec) and not small_image) or name in _IMAGE_ENCODERS:
         if len(spec.shape) != 3:
             raise ValueError(f"encoder {image!r} needs 3-D observations, got {spec.shape}")
         return SingleInputEncoder(key, _image_encoder(spec.shape, activation, image))
+    if spec.categories is not None or small_image:
+        inputs = VectorInput(spec, scale_pixels=small_image)
+        return SingleInputEncoder(key, MlpEncoder(inputs.size, hidden, activation), inputs)
     return SingleInputEncoder(key, MlpEncoder(_flat_size(spec.shape), hidden, activation))
 
 
 _IMAGE_ENCODERS = ("conv_simple", "conv_nature", "resnet")
 _DESCRIPTIONS = {
-    "auto": "by observation shape: conv_simple for one image, mlp for one vector, both for a Dict",
+    "auto": "by observation shape: conv_simple for one image (mlp if under 36x36), mlp for one "
+    "vector (discrete ones one-hot), both for a Dict",
     "mlp": "every observation key flattened through one MLP (mlp_hidden_sizes, activation)",
     "conv_simple": "Sample Factory's simplified conv encoder: 3 conv layers + fc 512",
     "conv_nature": "the DQN Nature network (Mnih et al. 2015): 3 conv layers + fc 512",

@@ -27,6 +27,7 @@ from sampleforge.comms.messages import (
     SamplerReport,
     TrainingReport,
 )
+from sampleforge.envs.stepping.faults import RateLimitedWarnings
 from sampleforge.telemetry.bottleneck import bottleneck
 from sampleforge.telemetry.console import format_status_line
 from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
@@ -76,6 +77,8 @@ class RunProgress:
     env_faults: int = 0
     inference_batches: int = 0
     inference_samples: int = 0
+    # Per rollout worker: an env failing at every step must not flood the log.
+    _fault_warnings: dict[int, RateLimitedWarnings] = field(default_factory=dict, repr=False)
 
     @property
     def total_env_steps(self) -> int:
@@ -137,8 +140,9 @@ class RunProgress:
 
     def _on_sampler(self, msg: SamplerReport) -> None:
         self.frames_collected += msg.env_frames
+        warnings = self._fault_warnings.setdefault(msg.worker, RateLimitedWarnings(log))
         for fault in msg.env_faults:
-            log.warning("%s (restarted)", fault)
+            warnings.warning(f"{fault} (restarted)")
         self.env_faults += len(msg.env_faults)
         self.fps.record(self.frames_collected)
         self._add_timings("rollout", msg.timings)

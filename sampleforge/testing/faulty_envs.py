@@ -11,8 +11,9 @@ of `episode_length` steps) that misbehaves in one configurable way:
 | "nan_obs" | `step` returns an observation containing NaN |
 | "inf_reward" | `step` returns an infinite reward |
 | "raise_in_init_in_workers" | the constructor raises `InjectedFault`, but only in a child process (a rollout worker), never in the runner's own process, which builds one env to read the spaces |
+| "wrong_obs_shape" | every observation, from the first reset on, has one element more than the observation space declares |
 
-When the step faults fire: at the env's `after_steps`-th step (counted from construction, across
+When the step faults fire (`wrong_obs_shape` is not a step fault: it always applies): at the env's `after_steps`-th step (counted from construction, across
 episodes), and then every `every` steps if `every` is given. `only_worker` / `only_env` limit the
 fault to envs with that worker / env index.
 
@@ -62,6 +63,7 @@ FAULTS = (
     "nan_obs",
     "inf_reward",
     "raise_in_init_in_workers",
+    "wrong_obs_shape",
 )
 
 __all__ = [
@@ -159,6 +161,8 @@ class FaultyEnv(gym.Env):
         self.faults_fired = 0
         self._t = 0
         self._obs = np.zeros(obs_size, np.float32)
+        # What `_draw` returns: the declared shape, or one element more.
+        self._obs_shape = (obs_size + (fault == "wrong_obs_shape" and self._targeted),)
         self._helper = _start_helper(helper_process_dir) if helper_process_dir else None
         if (
             fault == "raise_in_init_in_workers"
@@ -208,7 +212,10 @@ class FaultyEnv(gym.Env):
 
     # --- faults ---------------------------------------------------------------------------------
     def _due(self) -> bool:
-        if self.fault in ("none", "raise_in_init_in_workers") or not self._targeted:
+        if (
+            self.fault in ("none", "raise_in_init_in_workers", "wrong_obs_shape")
+            or not self._targeted
+        ):
             return False
         n = self.total_steps - self.after_steps
         if n == 0:
@@ -234,7 +241,7 @@ class FaultyEnv(gym.Env):
         return True
 
     def _draw(self) -> np.ndarray:
-        return self.np_random.uniform(-1.0, 1.0, self.observation_space.shape).astype(np.float32)
+        return self.np_random.uniform(-1.0, 1.0, self._obs_shape).astype(np.float32)
 
 
 def _start_helper(directory: str) -> subprocess.Popen | None:

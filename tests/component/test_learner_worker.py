@@ -24,6 +24,7 @@ from sampleforge.comms.messages import (
     TrajectoryReady,
 )
 from sampleforge.comms.queues import make_queue, receive, send_many
+from sampleforge.components.learner import NonFiniteTrainingError
 from sampleforge.components.learner_worker import LearnerEndpoints, LearnerWorker
 from sampleforge.components.wiring import trajectory_layout
 from sampleforge.config import make_config
@@ -169,3 +170,17 @@ def test_final_checkpoint_after_a_pause_is_the_last_training_state(learner):
     assert saved.final
     assert checkpoint_info(saved.path)[0] == version == learner.weights[0].version
     assert not any(isinstance(r, TrainingReport) for r in reports)
+
+
+def test_a_checkpoint_of_a_non_finite_model_is_refused_and_nothing_is_written(learner):
+    """The save the runner asks for, through the worker's own path (docs/reliability.md: no
+    checkpoint ever holds a non-finite value)."""
+    learner.run([SaveCheckpoint(final=False, mean_return=None)])
+    written = {f.name: f.read_bytes() for f in learner.checkpoint_dir.iterdir()}
+    assert written  # a finite model is saved
+    with torch.no_grad():
+        next(learner.worker.learner.model.parameters())[0, 0] = float("nan")
+    with pytest.raises(NonFiniteTrainingError, match="refusing to write a checkpoint"):
+        learner.run([SaveCheckpoint(final=True, mean_return=None)])
+    assert {f.name: f.read_bytes() for f in learner.checkpoint_dir.iterdir()} == written
+    assert not [r for r in receive(learner.reports, 0.05) if isinstance(r, CheckpointSaved)]

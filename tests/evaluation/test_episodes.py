@@ -150,3 +150,19 @@ def test_predict_dict_observations_and_recurrent_state():
     np.testing.assert_allclose(states[0], next_state, atol=1e-6)
     with pytest.raises(ValueError, match="state has shape"):
         policy.predict(one, np.zeros(3))
+
+
+def test_predict_converts_discrete_observation_parts_in_batches_as_one_by_one():
+    obs_space = gym.spaces.Dict(
+        {
+            "direction": gym.spaces.Discrete(4, start=1),
+            "cells": gym.spaces.MultiDiscrete([3, 2], start=[-1, 0]),
+        }
+    )
+    policy = _policy(obs_space, gym.spaces.Discrete(5))
+    obs_space.seed(0)
+    observations = [obs_space.sample() for _ in range(6)]
+    one_by_one = [policy.predict(obs, deterministic=True)[0] for obs in observations]
+    batch = {key: np.stack([obs[key] for obs in observations]) for key in obs_space.spaces}
+    actions, _ = policy.predict(batch, deterministic=True)
+    np.testing.assert_array_equal(actions, one_by_one)

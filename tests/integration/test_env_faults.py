@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import subprocess
 import sys
 import threading
 import time
 
+import gymnasium as gym
+import numpy as np
 import pytest
 
+from sampleforge.cli.main import main
 from sampleforge.components.runner import Runner, TrainingError
 from sampleforge.config import make_config
 from sampleforge.testing import read_marker, register_faulty_env
@@ -280,6 +284,102 @@ def test_non_finite_env_data_never_reaches_the_learner(tmp_path, caplog, fault, 
     assert stats.get("health/non_finite_updates", 0) == 0, stats
     for key in ("losses/total", "losses/policy", "losses/value", "losses/entropy"):
         assert key in stats and math.isfinite(stats[key]), (key, stats)
+
+
+# --- an env that faults at every step; envs broken from the start ------------------------------
+
+ALWAYS_RAISING_SCRIPT = """\
+import sys
+
+from sampleforge.cli.main import main
+from sampleforge.testing import register_faulty_env
+
+if __name__ == "__main__":
+    register_faulty_env("faulty_always_raises", fault="raise_in_step", every=1)
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_env_raising_at_every_step_stops_the_cli_run_with_one_line_and_few_log_lines(tmp_path):
+    """The default policy (restart) with the default bound: no endless restarts, no flood."""
+    script = tmp_path / "train_always_raising.py"
+    script.write_text(ALWAYS_RAISING_SCRIPT)
+    cmd = [sys.executable, str(script), "train", "--env", "faulty_always_raises"]
+    cmd += ["--train_dir", str(tmp_path), "--device", "cpu", "--num_workers", "1"]
+    cmd += ["--num_envs_per_worker", "4", "--rollout", "16", "--batch_size", "64"]
+    cmd += ["--stop_at_mean_return", "inf", "--tensorboard", "false"]
+    # Without the bound the run would train on nothing until this ends it, with exit 0.
+    cmd += ["--train_for_env_steps", "100000000", "--train_for_seconds", "60"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=100)
+    elapsed = time.monotonic() - t0
+    lines = proc.stderr.splitlines()
+    print(f"exit {proc.returncode} after {elapsed:.1f} s, {len(lines)} lines on stderr")
+    assert proc.returncode == 1, proc.stderr[-3000:]  # train_for_seconds would exit with 0
+    (error,) = [line for line in lines if line.startswith("sampleforge: training failed")]
+    assert "env 'faulty_always_raises' failed 100 times in a row in worker 0 (env " in error
+    assert "InjectedFault: injected fault: step raised in worker 0" in error
+    assert "max_consecutive_env_faults=100" in error
+    assert "Traceback" not in proc.stderr  # the line says it all (runner.SELF_EXPLAINED_ERRORS)
+    # The worker failed the run: the supervisor did not replace it with one that would fail too.
+    assert "replacing it" not in proc.stderr
+    # Rate-limited warnings: 5 from the worker, at most 5 from the runner, and the error, rather
+    # than one per fault (about 400 here).
+    faults = [line for line in lines if "step raised" in line]
+    assert len(faults) <= 15, "\n".join(faults)
+    assert len(lines) < 100, proc.stderr[-3000:]
+
+
+def _train(tmp_path, env: str) -> list[str]:
+    return ["train", "--env", env, "--train_dir", str(tmp_path), "--device", "cpu"]
+
+
+@pytest.fixture
+def cli_signal_handlers():
+    """`main` records SIGINT and SIGTERM; give pytest its own handlers back afterwards."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+class NoRenderMode(gym.Env):
+    """A user's Gymnasium env class whose constructor takes no `render_mode` argument."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        super().__init__()
+
+
+def test_env_whose_constructor_raises_in_the_runner_is_one_line_and_exit_2(
+    tmp_path, capsys, cli_signal_handlers
+):
+    gym.register("NoRenderMode-v0", entry_point=NoRenderMode)
+    try:
+        code = main(_train(tmp_path, "NoRenderMode-v0"))
+    finally:
+        gym.registry.pop("NoRenderMode-v0")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert err.startswith("sampleforge: env 'NoRenderMode-v0' could not be created: TypeError: ")
+    assert "unexpected keyword argument 'render_mode'" in err
+
+
+def test_env_whose_observations_do_not_fit_its_space_is_one_line_and_exit_2(
+    tmp_path, capsys, cli_signal_handlers
+):
+    env = register_faulty_env("faulty_wrong_obs_shape", fault="wrong_obs_shape")
+    code = main(_train(tmp_path, env))
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err == (
+        "sampleforge: env 'faulty_wrong_obs_shape' returned an observation of shape (5,), but "
+        "its observation space declares (4,) (at its first reset)\n"
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

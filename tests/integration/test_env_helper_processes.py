@@ -59,7 +59,7 @@ def _alive(pids) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-def test_helpers_die_with_a_hung_worker_and_with_a_killed_runner(tmp_path):
+def test_helpers_die_with_a_hung_worker_and_with_a_killed_runner(tmp_path, short_tmpdir):
     helpers_dir, marker = tmp_path / "helpers", tmp_path / "hung.marker"
     helpers_dir.mkdir()
     log = (tmp_path / "run.log").open("w")  # a file: a full pipe would stall the run
@@ -67,6 +67,8 @@ def test_helpers_die_with_a_hung_worker_and_with_a_killed_runner(tmp_path):
         [sys.executable, "-c", RUN, str(tmp_path / "train_dir"), str(helpers_dir), str(marker)],
         stdout=log,
         stderr=subprocess.STDOUT,
+        # Its own TMPDIR: killed, it cannot remove multiprocessing's socket folder there.
+        env={**os.environ, "TMPDIR": str(short_tmpdir)},
     )
     try:
         assert _wait_for(marker.exists, 90), f"no env hung\n{_log(tmp_path)}"

@@ -541,7 +541,7 @@ def test_exception_in_the_learner_fails_the_run_with_its_error(tmp_path):
     elapsed = run.failed_at - sent_at
     message = str(run.error)
     print(f"learner exception -> TrainingError in {elapsed:.2f} s: {message.splitlines()[0][:120]}")
-    assert elapsed < 2
+    assert elapsed < 10  # reaches the runner at its next pump; 10 s leaves room for a busy machine
     assert message.startswith(
         "learner_p0 failed: RuntimeError: learner_p0: incoming weights "
         "are at version -1, expected 7"

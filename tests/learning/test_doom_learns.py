@@ -29,7 +29,7 @@ at the measured ~2.4k frames/s the whole budget would take ~3 minutes.
 
 A benchmark (`pytest -m benchmark tests/learning`), not part of the CI suite since 2026-11-27:
 it took 179 s of the suite's 21 minutes on a slow 2-core machine, where the suite must stay
-under 15. The family's curves on two harder scenarios (10M frames) are in docs/benchmarks.md.
+under 15. The family's curves on two harder scenarios (5M and 10M frames) are in docs/benchmarks.md.
 """
 
 from importlib.util import find_spec

@@ -26,7 +26,11 @@ from functools import partial
 from sampleforge.envs.doom.actions import AIM_DEGREES, HEAD_NAMES, HEAD_SIZES
 from sampleforge.envs.doom.doom_env import INSTALL_HINT, DoomEnv, make_doom_env
 from sampleforge.envs.doom.duel_env import DoomDuelEnv, make_doom_duel
-from sampleforge.envs.doom.duel_seats import DoomDuelConnectionError, DoomDuelError
+from sampleforge.envs.doom.duel_seats import (
+    DoomDuelConnectionError,
+    DoomDuelError,
+    DoomDuelExposedError,
+)
 from sampleforge.envs.doom.measurements import MEASUREMENT_NAMES
 from sampleforge.envs.doom.reward_shaping import (
     DoomRewardShaping,
@@ -53,6 +57,7 @@ __all__ = [
     "DoomDuelConnectionError",
     "DoomDuelEnv",
     "DoomDuelError",
+    "DoomDuelExposedError",
     "DoomEnv",
     "DoomRewardShaping",
     "DoomRewardShapingWrapper",

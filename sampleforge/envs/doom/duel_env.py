@@ -11,14 +11,23 @@ reward of ``reward_shaping.py`` with one set of weights per seat (PBT mutates th
 ``set_reward_shaping``). The match lasts ``match_seconds`` of game time; on its last step
 ``infos[i]["win"]`` is 1.0 for the seat with more frags, 0.5 for both on a tie.
 
+The games run in a private loopback network namespace (``loopback_netns.py``). Where none can
+be made, the constructor refuses the duel with a one-line :class:`DoomDuelExposedError`, so that
+training stops in the runner's own process before any worker starts, unless
+``allow_exposed_ports`` accepts the exposure (the registered factory takes it from the
+``SAMPLEFORGE_DOOM_DUEL_ALLOW_EXPOSED_PORTS`` environment variable, which worker processes
+inherit).
+
 It must not: import vizdoom or cv2 at import time (``import sampleforge.envs`` works without the
-``doom`` extra), start processes before the first ``reset`` (describing the spaces costs
-nothing), or manage seat processes and games itself (``duel_seats.py`` starts, talks to and
+``doom`` extra), start games before the first ``reset`` (describing the spaces costs nothing but
+a throwaway probe of namespace support, once per process), or manage seat processes and games
+itself (``duel_seats.py`` starts, talks to and
 stops the seats; ``duel_seat_server.py`` drives a game inside each).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -34,7 +43,13 @@ from sampleforge.envs.doom.doom_env import (
     import_doom_dependencies,
 )
 from sampleforge.envs.doom.duel_seat_server import SeatGameSettings, SeatReply
-from sampleforge.envs.doom.duel_seats import NUM_SEATS, DoomDuelError, DuelSeats
+from sampleforge.envs.doom.duel_seats import (
+    ALLOW_EXPOSED_PORTS_VARIABLE,
+    NUM_SEATS,
+    DoomDuelError,
+    DuelSeats,
+    network_isolation,
+)
 from sampleforge.envs.doom.measurements import (
     MEASUREMENT_NAMES,
     MEASUREMENTS_KEY,
@@ -80,6 +95,9 @@ class DoomDuelEnv(MultiAgentEnv):
         port: the host's UDP port; by default a free one is picked for each start, so that
             many duels can run on one machine.
         doom_map: the map of ``cig.wad`` to play.
+        allow_exposed_ports: where no private network namespace can be made, run the games in
+            the machine's namespace anyway, their port open on every interface (with a
+            warning); otherwise the constructor raises :class:`DoomDuelExposedError`.
     """
 
     num_agents = NUM_SEATS
@@ -93,10 +111,13 @@ class DoomDuelEnv(MultiAgentEnv):
         step_timeout: float = DEFAULT_STEP_TIMEOUT,
         port: int | None = None,
         doom_map: str = DUEL_MAP,
+        allow_exposed_ports: bool = False,
     ) -> None:
         if match_seconds <= 0 or connect_timeout <= 0 or step_timeout <= 0:
             raise ValueError("match_seconds, connect_timeout and step_timeout must be > 0")
         vzd, _ = import_doom_dependencies()  # fail here, with the install hint, not in a seat
+        network_isolation(allow_exposed_ports)  # likewise: refused here, not in a worker
+        self.allow_exposed_ports = allow_exposed_ports
         self._scenarios_path = str(vzd.scenarios_path)
         self.match_tics = max(1, round(match_seconds * TICS_PER_SECOND))
         self.connect_timeout = float(connect_timeout)
@@ -178,7 +199,11 @@ class DoomDuelEnv(MultiAgentEnv):
     def _start(self, seed: int | None) -> list[SeatReply]:
         """Start both seats and wait until their games are connected (see DuelSeats.start)."""
         self._seats, replies = DuelSeats.start(
-            self._game_settings(), seed, port=self.port, connect_timeout=self.connect_timeout
+            self._game_settings(),
+            seed,
+            port=self.port,
+            connect_timeout=self.connect_timeout,
+            allow_exposed_ports=self.allow_exposed_ports,
         )
         self.host_port = self._seats.port
         return replies
@@ -232,9 +257,25 @@ def hud_values(variables: dict[str, float]) -> list[float]:
 
 def make_doom_duel(context: EnvContext, **kwargs: Any) -> DoomDuelEnv:
     """Factory of ``doom_duel`` (registered with ``multi_agent=True``); ``kwargs`` go to
-    :class:`DoomDuelEnv` (wrap it in a ``functools.partial`` to register other settings)."""
+    :class:`DoomDuelEnv` (wrap it in a ``functools.partial`` to register other settings).
+    ``allow_exposed_ports``, unless given, comes from ``SAMPLEFORGE_DOOM_DUEL_ALLOW_EXPOSED_PORTS``
+    (the command line's way to accept the exposure)."""
     del context  # ports are picked free per start; seeding comes through reset(seed=...)
+    kwargs.setdefault("allow_exposed_ports", exposure_allowed_by_environment())
     return DoomDuelEnv(**kwargs)
+
+
+def exposure_allowed_by_environment() -> bool:
+    """``SAMPLEFORGE_DOOM_DUEL_ALLOW_EXPOSED_PORTS`` as a bool (unset or empty: False)."""
+    value = os.environ.get(ALLOW_EXPOSED_PORTS_VARIABLE, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ValueError(
+        f"{ALLOW_EXPOSED_PORTS_VARIABLE}={os.environ[ALLOW_EXPOSED_PORTS_VARIABLE]!r}: "
+        "allowed are 1, true, yes or 0, false, no (or unset)"
+    )
 
 
 def match_outcome(frags: list[float]) -> list[float]:

@@ -6,8 +6,11 @@ both replies within a timeout, and stops both so that no process, engine or ``/d
 survives. Seat 0's game hosts a two-player netgame (``-host 2 -port P``, with the duel's rules)
 and seat 1's game joins it (``-join 127.0.0.1``). ZDoom binds that UDP port on every interface,
 so both seat processes run in a private network namespace whose only interface is loopback
-(``loopback_netns.py``): nothing outside the duel can reach its games. Where the kernel refuses
-one (no CAP_SYS_ADMIN), the duel runs in the machine's namespace and a warning says so. By
+(``loopback_netns.py``; without CAP_SYS_ADMIN, inside a user namespace of their own): nothing
+outside the duel can reach its games. Where the kernel refuses both routes, the duel is refused
+(:class:`DoomDuelExposedError`) unless its user accepts the exposure
+(``allow_exposed_ports=True``, or ``SAMPLEFORGE_DOOM_DUEL_ALLOW_EXPOSED_PORTS=1`` for the
+registered ``doom_duel``); then it runs in the machine's namespace and a warning says so. By
 default the port is a free one, picked anew for each start, so that many duels can run on one
 machine.
 
@@ -59,9 +62,10 @@ from sampleforge.envs.doom.duel_seat_server import (
 )
 from sampleforge.envs.doom.engine_ipc import remove_engine_ipc, remove_orphan_engine_ipc
 from sampleforge.envs.doom.loopback_netns import (
+    Isolation,
     enter_namespace_of,
-    enter_new_namespace,
-    isolation_problem,
+    isolation,
+    new_namespace_step,
 )
 
 log = logging.getLogger(__name__)
@@ -104,6 +108,15 @@ class DoomDuelConnectionError(DoomDuelError):
     """The two game instances did not connect in time; both games have been stopped."""
 
 
+class DoomDuelExposedError(RuntimeError):
+    """No private network namespace can be made here, and the duel was not allowed to listen
+    on the machine's interfaces; nothing was started."""
+
+
+# The registered ``doom_duel`` reads its ``allow_exposed_ports`` from here (duel_env.py).
+ALLOW_EXPOSED_PORTS_VARIABLE = "SAMPLEFORGE_DOOM_DUEL_ALLOW_EXPOSED_PORTS"
+
+
 def seat_game_args(seat: int, port: int, connect_timeout: float) -> str:
     """Engine arguments of ``seat``: seat 0 hosts the netgame on ``port`` (bound on every
     interface of the duel's network namespace), seat 1 joins it over loopback."""
@@ -120,14 +133,27 @@ def seat_game_args(seat: int, port: int, connect_timeout: float) -> str:
 _warned: set[str] = set()
 
 
-def _warn_once(problem: str) -> None:
-    if problem not in _warned:
-        _warned.add(problem)
+def network_isolation(allow_exposed_ports: bool) -> Isolation | None:
+    """How the seats get their private loopback namespace here; None when they cannot and
+    ``allow_exposed_ports`` accepts running in the machine's namespace (warned once per
+    process). Raises :class:`DoomDuelExposedError` when they cannot and it does not."""
+    found = isolation()
+    if found.problem is None:
+        return found
+    if not allow_exposed_ports:
+        raise DoomDuelExposedError(
+            f"doom_duel: {found.problem}, so its games would listen on every interface of this "
+            f"machine; to accept that, pass allow_exposed_ports=True to DoomDuelEnv or set "
+            f"{ALLOW_EXPOSED_PORTS_VARIABLE}=1"
+        )
+    if found.problem not in _warned:
+        _warned.add(found.problem)
         log.warning(
             "doom_duel: %s; the games run in this machine's network namespace, where "
-            "ZDoom's netgame port listens on every interface",
-            problem,
+            "ZDoom's netgame port listens on every interface (allow_exposed_ports)",
+            found.problem,
         )
+    return None
 
 
 def free_udp_port() -> int:
@@ -146,8 +172,9 @@ class DuelSeats:
     stopping both when a seat fails, dies or does not answer within ``timeout`` seconds.
     """
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, allow_exposed_ports: bool = False) -> None:
         self.port = port  # the host's UDP port
+        self.allow_exposed_ports = allow_exposed_ports
         self.work_dir = tempfile.mkdtemp(prefix="sampleforge_doom_duel_")
         self._processes: list[SeatProcess] = []
         # Runs on stop(), or when these seats are garbage-collected or Python exits without it.
@@ -165,30 +192,40 @@ class DuelSeats:
         *,
         port: int | None,
         connect_timeout: float,
+        allow_exposed_ports: bool = False,
     ) -> tuple[DuelSeats, list[SeatReply]]:
         """Start both seats and wait until their games are connected; returns the seats and
-        both games' first replies. ``port`` None picks a free one.
+        both games' first replies. ``port`` None picks a free one. Where no private network
+        namespace can be made, raises :class:`DoomDuelExposedError` before anything starts,
+        unless ``allow_exposed_ports`` (see :func:`network_isolation`).
 
         A start is repeated on a fresh port (up to START_ATTEMPTS in all) when a game dies while
         starting, but not when the games fail to connect in time, nor on a given ``port``: two
         engines starting at the same moment can clash over their IPC names ("File exists"), or
         another program can take the probed port. Names that killed engines left behind are
         removed first."""
+        network_isolation(allow_exposed_ports)  # refused: raise before anything starts
         remove_orphan_engine_ipc()
         started = time.monotonic()
+        attempt = (game, seed, port, connect_timeout, allow_exposed_ports)
         for _ in range(START_ATTEMPTS - 1):
             try:
-                return cls._start_once(game, seed, port, connect_timeout)
+                return cls._start_once(*attempt)
             except DoomDuelConnectionError:
                 if port is not None or time.monotonic() - started >= connect_timeout:
                     raise
-        return cls._start_once(game, seed, port, connect_timeout)
+        return cls._start_once(*attempt)
 
     @classmethod
     def _start_once(
-        cls, game: SeatGameSettings, seed: int | None, port: int | None, connect_timeout: float
+        cls,
+        game: SeatGameSettings,
+        seed: int | None,
+        port: int | None,
+        connect_timeout: float,
+        allow_exposed_ports: bool,
     ) -> tuple[DuelSeats, list[SeatReply]]:
-        seats = cls(port if port is not None else free_udp_port())
+        seats = cls(port if port is not None else free_udp_port(), allow_exposed_ports)
         try:
             return seats, seats._connect(game, seed, connect_timeout)
         except BaseException:
@@ -214,14 +251,14 @@ class DuelSeats:
 
     def _namespace_step(self, seat: int) -> Callable[[], None] | None:
         """What seat `seat`'s process does before it starts: the host makes the duel's private
-        network namespace, the joiner enters it (None where namespaces are refused)."""
-        problem = isolation_problem()
-        if problem is not None:
-            _warn_once(problem)
+        network namespace, the joiner enters it (None where namespaces are refused and the
+        exposure allowed)."""
+        found = network_isolation(self.allow_exposed_ports)
+        if found is None:
             return None
         if seat == 0:
-            return enter_new_namespace
-        return enter_namespace_of(self._processes[0].process.pid)
+            return new_namespace_step(found.user_namespace)
+        return enter_namespace_of(self._processes[0].process.pid, found.user_namespace)
 
     def _seat_config(
         self, seat: int, game: SeatGameSettings, seed: int | None, connect_timeout: float

@@ -22,10 +22,18 @@ counted per seat (multi-agent, with the env's "win" outcome). A seat that finish
 others gets done flags and invalid steps until its env's episode ends, so nothing it "does"
 after finishing is trained on.
 
-An env fault is an exception from `step` or `reset`, or a non-finite observation or reward.
+An env fault is an exception from `step` or `reset`, a non-finite observation or reward, or a
+reward that is not a number (None, a string, an array of several values; see `faults.py`).
 With the "restart" policy the env is rebuilt, the transition is marked invalid (never trained
 on) and ends the episode; with "fail" an `EnvFaultError` carrying the original error is raised.
 Non-finite values never leave this module: they are replaced by zeros before anyone reads them.
+An env that faults `max_consecutive_faults` steps in a row fails the run under either policy
+(`EnvFaultError`, one line naming the env and its last fault): restarting it again, or its
+worker, would only repeat the fault. Fault warnings are rate-limited (`RateLimitedWarnings`,
+one per worker when the rollout worker passes it in).
+
+An observation whose shape is not the one the observation space declares (at the first reset or
+any step) is not a fault but a broken env: `EnvFaultError` naming the env and both shapes.
 
 Must not: know about queues, policies or inference.
 """
@@ -41,14 +49,28 @@ import numpy as np
 
 from sampleforge.buffers.step_validity import Excluded, exclude
 from sampleforge.envs.multi_agent import MultiAgentEnv
-from sampleforge.envs.registry import EnvContext, EnvSpec, env_seed, make_env
+from sampleforge.envs.registry import (
+    EnvContext,
+    EnvSpec,
+    env_seed,
+    make_env,
+    observation_shape_problem,
+)
+from sampleforge.envs.stepping.faults import (
+    DEFAULT_MAX_CONSECUTIVE_FAULTS,
+    ConsecutiveFaults,
+    EnvFaultError,
+    RateLimitedWarnings,
+    fault_description,
+    one_line,
+    scalar_reward,
+    seat_rewards,
+)
 from sampleforge.spaces import actions_to_env, observation_to_dict
 
 log = logging.getLogger(__name__)
 
-
-class EnvFaultError(RuntimeError):
-    """An env failed and the policy is to fail the run."""
+__all__ = ["EnvFaultError", "EnvSplit", "MultiAgentEnvSplit", "StepOutcome", "StepTargets"]
 
 
 @dataclass
@@ -88,19 +110,23 @@ class EnvSplit:
         num_envs: int,
         seed: int | None,
         error_policy: str,
+        max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS,
+        fault_warnings: RateLimitedWarnings | None = None,
     ):
+        """`fault_warnings`: shared by the splits of one worker (default: this split's own)."""
         self.env_spec = env_spec
         self.contexts = [
             EnvContext(worker_index=worker_index, env_index=first_env_index + i, seed=seed)
             for i in range(num_envs)
         ]
         self.error_policy = error_policy
+        self.consecutive_faults = ConsecutiveFaults(num_envs, max_consecutive_faults)
+        self.fault_warnings = fault_warnings or RateLimitedWarnings()
         self.envs = [self._build(ctx) for ctx in self.contexts]
         # Envs truncated at the last step: their final observation was written; reset them now.
         self._reset_pending = np.zeros(num_envs, dtype=bool)
         self.observation_space = self.envs[0].observation_space
         self.action_space = self.envs[0].action_space
-        self._is_dict = isinstance(self.observation_space, gym.spaces.Dict)
 
     @property
     def num_rows(self) -> int:
@@ -112,8 +138,7 @@ class EnvSplit:
         except Exception as e:
             raise EnvFaultError(
                 f"env {self.env_spec.name!r} could not be created in worker "
-                f"{context.worker_index} (env {context.env_index}): "
-                f"{type(e).__name__}: {e}"
+                f"{context.worker_index} (env {context.env_index}): {one_line(e)}"
             ) from e
 
     def __len__(self) -> int:
@@ -129,7 +154,7 @@ class EnvSplit:
         for env, ctx in zip(self.envs, self.contexts):
             obs, _ = env.reset(seed=env_seed(ctx))
             observations += self._by_seat(obs)
-        self._write_obs(observations, next_obs)
+        self._write_checked(observations, next_obs, "at its first reset")
         self._sanitize_obs(next_obs)
 
     @staticmethod
@@ -151,15 +176,16 @@ class EnvSplit:
                 else:
                     obs, reward, done = self._step_env(i, env_actions[i], outcome)
             except Exception as e:  # noqa: BLE001 - the fault policy decides
-                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True, cause=e)
+                obs = self._on_fault(i, fault_description(e), outcome, rebuild=True, cause=e)
                 reward, done = 0.0, True
                 exclude(out.valids, i, Excluded.ENV_FAULT)
                 outcome.ended_envs.append(i)
             out.rewards[i] = reward
             out.dones[i] = done
             observations.append(obs)
-        self._write_obs(observations, out.next_obs)
+        self._write_checked(observations, out.next_obs, "in a step")
         self._check_finite(out, outcome)
+        self.consecutive_faults.end_step()
         return outcome
 
     def _step_env(self, i: int, action: Any, outcome: StepOutcome) -> tuple[Any, float, bool]:
@@ -167,7 +193,7 @@ class EnvSplit:
         bootstrapping from that observation is cut (see "Episode ends" in the module docstring)."""
         env = self.envs[i]
         obs, raw_reward, terminated, truncated, info = env.step(action)
-        reward = float(raw_reward)
+        reward = scalar_reward(raw_reward)
         if not (terminated or truncated):
             return obs, reward, False
         episode = info.get("episode")
@@ -210,7 +236,9 @@ class EnvSplit:
         )
         if self.error_policy == "fail":
             raise EnvFaultError(message) from cause
-        log.warning("%s; restarting it", message)
+        if self.consecutive_faults.record(i):
+            raise EnvFaultError(self._too_many_faults(ctx, what)) from cause
+        self.fault_warnings.warning(f"{message}; restarting it")
         outcome.faults.append(message)
         self._reset_pending[i] = False  # the restart's reset is the new episode's start
         if rebuild:
@@ -219,8 +247,22 @@ class EnvSplit:
             except Exception:  # noqa: BLE001
                 pass
             self.envs[i] = self._build(ctx)
-        obs, _ = self.envs[i].reset()
+        try:
+            obs, _ = self.envs[i].reset()
+        except Exception as e:
+            raise EnvFaultError(
+                f"env {self.env_spec.name!r} could not be restarted in worker "
+                f"{ctx.worker_index} (env {ctx.env_index}): its reset raised {one_line(e)}"
+            ) from e
         return obs
+
+    def _too_many_faults(self, ctx: EnvContext, what: str) -> str:
+        limit = self.consecutive_faults.limit
+        return (
+            f"env {self.env_spec.name!r} failed {limit} times in a row in worker "
+            f"{ctx.worker_index} (env {ctx.env_index}), last with: {what}; stopping the run "
+            f"(max_consecutive_env_faults={limit}: restarting it again would fail the same way)"
+        )
 
     def _check_finite(self, out: StepTargets, outcome: StepOutcome) -> None:
         bad_rewards = ~np.isfinite(out.rewards)
@@ -253,8 +295,26 @@ class EnvSplit:
         return bad
 
     # --- observations ---------------------------------------------------------------------------
+    def _write_checked(self, observations: list, targets: dict[str, np.ndarray], when: str) -> None:
+        """`_write_obs`, turning an observation of the wrong shape into a one-line error naming
+        the env and both shapes (looked for only once writing failed: nothing on the hot path)."""
+        try:
+            self._write_obs(observations, targets)
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            for row, obs in enumerate(observations):
+                problem = observation_shape_problem(obs, self.observation_space)
+                if problem is not None:
+                    ctx = self.contexts[row // self.seats]
+                    raise EnvFaultError(
+                        f"env {self.env_spec.name!r} returned {problem} ({when}, worker "
+                        f"{ctx.worker_index}, env {ctx.env_index})"
+                    ) from e
+            raise
+
     def _write_obs(self, observations: list, targets: dict[str, np.ndarray]) -> None:
-        if not self._is_dict:
+        # Box observations are stacked as they are; discrete ones are converted (start offset,
+        # range check) like every Dict part.
+        if isinstance(self.observation_space, gym.spaces.Box):
             (target,) = targets.values()
             np.stack(observations, out=target)
             return
@@ -315,9 +375,9 @@ class MultiAgentEnvSplit(EnvSplit):
                     observations += list(obs)
                     continue
                 obs, rewards, terminated, truncated, infos = env.step(list(env_actions[rows]))
-                out.rewards[rows] = rewards
+                out.rewards[rows] = seat_rewards(rewards, self.seats)
             except Exception as e:  # noqa: BLE001 - the fault policy decides
-                obs = self._on_fault(i, f"{type(e).__name__}: {e}", outcome, rebuild=True, cause=e)
+                obs = self._on_fault(i, fault_description(e), outcome, rebuild=True, cause=e)
                 self._clear_episode(rows)
                 out.rewards[rows] = 0.0
                 out.dones[rows] = 1.0
@@ -338,8 +398,9 @@ class MultiAgentEnvSplit(EnvSplit):
             if self._seat_done[rows].all():
                 obs = self._end_episode(i, obs, truncated & ~finished_before, outcome)
             observations += list(obs)
-        self._write_obs(observations, out.next_obs)
+        self._write_checked(observations, out.next_obs, "in a step")
         self._check_finite(out, outcome)
+        self.consecutive_faults.end_step()
         return outcome
 
     def _end_episode(

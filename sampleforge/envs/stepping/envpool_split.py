@@ -34,7 +34,9 @@ Faults, with `EnvSplit`'s policy shape. An exception from EnvPool concerns the w
 with "restart" the pool is rebuilt and reset, every row of that step is marked invalid and
 done, and one fault line per env is reported; with "fail" an `EnvFaultError` is raised. A
 non-finite reward or float observation is zeroed (inherited `_check_finite`), and its env is
-reset (an explicit reset: a fresh game) with its step marked invalid and done.
+reset (an explicit reset: a fresh game) with its step marked invalid and done. As in `EnvSplit`,
+`max_consecutive_faults` faults in a row (of one env, or of the batch) fail the run, and fault
+warnings are rate-limited.
 
 Must not: know about queues, policies or inference; import envpool itself (the factory does).
 """
@@ -51,6 +53,12 @@ from sampleforge.buffers.step_validity import Excluded, exclude
 from sampleforge.envs.envpool_env import EnvPoolFactory, EnvPoolUnavailableError, batch_seeds
 from sampleforge.envs.registry import EnvContext, EnvSpec
 from sampleforge.envs.stepping.env_split import EnvFaultError, EnvSplit, StepOutcome, StepTargets
+from sampleforge.envs.stepping.faults import (
+    DEFAULT_MAX_CONSECUTIVE_FAULTS,
+    ConsecutiveFaults,
+    RateLimitedWarnings,
+    one_line,
+)
 from sampleforge.spaces import actions_to_env
 
 log = logging.getLogger(__name__)
@@ -75,6 +83,8 @@ class EnvPoolSplit(EnvSplit):
         seed: int | None,
         error_policy: str,
         num_threads: int | None = None,
+        max_consecutive_faults: int = DEFAULT_MAX_CONSECUTIVE_FAULTS,
+        fault_warnings: RateLimitedWarnings | None = None,
     ):
         """Build the pool; `num_threads` defaults to one per env, at most one per core."""
         if not isinstance(env_spec.factory, EnvPoolFactory):
@@ -89,6 +99,8 @@ class EnvPoolSplit(EnvSplit):
             for i in range(num_envs)
         ]
         self.error_policy = error_policy
+        self.consecutive_faults = ConsecutiveFaults(num_envs, max_consecutive_faults)
+        self.fault_warnings = fault_warnings or RateLimitedWarnings()
         self._seeds = batch_seeds(self.contexts)
         self._overrides = {} if num_threads is None else {"num_threads": num_threads}
         self.pool = self._build_pool()
@@ -119,7 +131,7 @@ class EnvPoolSplit(EnvSplit):
             raise EnvFaultError(
                 f"env {self.env_spec.name!r} could not be created in worker "
                 f"{ctx.worker_index} (envs {ctx.env_index}.."
-                f"{self.contexts[-1].env_index}): {type(e).__name__}: {e}"
+                f"{self.contexts[-1].env_index}): {one_line(e)}"
             ) from e
 
     def reset_all(self, next_obs: dict[str, np.ndarray]) -> None:
@@ -138,9 +150,10 @@ class EnvPoolSplit(EnvSplit):
         try:
             self._step_batch(actions, out, outcome)
         except Exception as e:  # noqa: BLE001 - the fault policy decides
-            self._restart_pool(f"{type(e).__name__}: {e}", e, outcome, out)
-            return outcome
-        self._check_finite(out, outcome)
+            self._restart_pool(one_line(e), e, outcome, out)
+        else:
+            self._check_finite(out, outcome)
+        self.consecutive_faults.end_step()
         return outcome
 
     def close(self) -> None:
@@ -221,7 +234,9 @@ class EnvPoolSplit(EnvSplit):
         message = self._message(self.contexts[i], what)
         if self.error_policy == "fail":
             raise EnvFaultError(message) from cause
-        log.warning("%s; restarting it", message)
+        if self.consecutive_faults.record(i):
+            raise EnvFaultError(self._too_many_faults(self.contexts[i], what)) from cause
+        self.fault_warnings.warning(f"{message}; restarting it")
         outcome.faults.append(message)
         self._reset_pending[i] = False
         obs, _ = self.pool.reset(np.array([i], dtype=np.int32))
@@ -238,7 +253,9 @@ class EnvPoolSplit(EnvSplit):
         ]
         if self.error_policy == "fail":
             raise EnvFaultError(messages[0]) from cause
-        log.warning("%s; restarting %d envs", messages[0], len(self.contexts))
+        if self.consecutive_faults.record_all():
+            raise EnvFaultError(self._too_many_faults(self.contexts[0], what)) from cause
+        self.fault_warnings.warning(f"{messages[0]}; restarting {len(self.contexts)} envs")
         outcome.faults.extend(messages)
         self.close()
         self.pool = self._build_pool()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,56 @@ def test_crash_at_rename_keeps_previous(store: CheckpointStore, monkeypatch) -> 
     assert store.best_mean_return is None
     assert not list(store.directory.glob(".*.tmp"))
     assert store.load_latest()[1] == paths[-1]
+
+
+def _fsyncs_and_renames(monkeypatch, save: Callable[[], Path]) -> list[tuple[str, int]]:
+    """What `save` fsynced and renamed, in order, as ("fsync" | "replace", inode)."""
+    events: list[tuple[str, int]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def spy_fsync(fd: int) -> None:
+        events.append(("fsync", os.fstat(fd).st_ino))
+        real_fsync(fd)
+
+    def spy_replace(src, dst) -> None:
+        events.append(("replace", os.stat(src).st_ino))
+        real_replace(src, dst)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "fsync", spy_fsync)
+        patch.setattr(os, "replace", spy_replace)
+        save()
+    return events
+
+
+def _assert_durable(files: list[Path], directory: Path, events: list[tuple[str, int]]) -> None:
+    folder = os.stat(directory).st_ino
+    for file in files:
+        inode = os.stat(file).st_ino  # a rename keeps the inode the temp file had
+        assert ("fsync", inode) in events, f"{file.name} was not fsynced"
+        synced, renamed = events.index(("fsync", inode)), events.index(("replace", inode))
+        assert synced < renamed, f"{file.name} was renamed before it was fsynced"
+        assert ("fsync", folder) in events[renamed:], f"no folder fsync after {file.name}"
+
+
+def test_every_file_is_fsynced_before_its_rename_and_the_folder_after(
+    store: CheckpointStore, monkeypatch
+) -> None:
+    # A rename that reaches the disk before the file's data, or a rename lost in a power cut,
+    # leaves a checkpoint that looks valid and is not whole, or is not there.
+    saved: list[Path] = []
+    events = _fsyncs_and_renames(
+        monkeypatch,
+        lambda: saved.append(store.save(_model_state(1), env_steps=1, policy_version=1)),
+    )
+    _assert_durable([saved[0], _sidecar(saved[0])], store.directory, events)
+
+    best_files = [store.best_path, _sidecar(store.best_path), store.directory / "best.json"]
+    events = _fsyncs_and_renames(
+        monkeypatch,
+        lambda: store.save(_model_state(2), env_steps=2, policy_version=2, mean_return=1.0),
+    )
+    _assert_durable(best_files, store.directory, events)
 
 
 def test_stale_temp_files_ignored_then_removed(store: CheckpointStore) -> None:

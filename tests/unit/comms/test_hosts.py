@@ -11,7 +11,7 @@ import pytest
 
 from sampleforge.comms.hosts import CHILD_ENVIRONMENT, ComponentSpec, ProcessHost
 from sampleforge.comms.queues import make_queue
-from sampleforge.testing.processes import gone_within
+from sampleforge.testing.processes import gone_within, is_alive
 
 
 class _ReportEnvironment:
@@ -186,3 +186,96 @@ def test_the_fork_server_leads_a_process_group_of_its_own(fork_server):
     # A SIGTERM to the caller's group must not kill it, and every component with it.
     server = forkserver._forkserver._forkserver_pid
     assert os.getpgid(server) == server != os.getpgid(0)
+
+
+class _RunsUntilKilled:
+    """A component that reports its pid, then polls for ever and never reads a stop message
+    (a hung one, to the host)."""
+
+    def __init__(self, out):
+        self.name = "stubborn"
+        self.running = True
+        out.put(os.getpid())
+
+    def poll(self, timeout):
+        time.sleep(timeout)
+
+    def close(self):
+        pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.timeout(120)
+def test_children_live_through_sigterm_and_the_host_still_ends_a_hung_one():
+    # `systemctl stop` or a scheduler SIGTERMs every process of a run: the component, its fork
+    # server and the group guard must leave the decision to the runner (a learner killed by it
+    # would lose the final checkpoint; a guard, the clean-up after a runner that dies later).
+    reports, out = make_queue(), make_queue()
+    host = ProcessHost(reports)
+    host.start(ComponentSpec("stubborn", _RunsUntilKilled, {"out": out}, make_queue()))
+    try:
+        pid = out.get(timeout=60)
+        server = forkserver._forkserver._forkserver_pid
+        guard = host._guard._process.pid
+        for target in (pid, server, guard):
+            os.kill(target, signal.SIGTERM)
+        time.sleep(1.0)
+        for target, what in ((pid, "component"), (server, "fork server"), (guard, "guard")):
+            assert is_alive(target), f"the {what} died of SIGTERM"
+        # The host's own escalation still ends a component that does not stop.
+        t0 = time.monotonic()
+        assert host.join_all(0.5) == ["stubborn"]
+        assert gone_within([pid], 0.0) and time.monotonic() - t0 < 3.0
+        assert host.dead()["stubborn"] == -signal.SIGKILL
+        assert gone_within([guard], 5.0), "the guard outlived its host"
+    finally:
+        host.kill_all()
+
+
+def _fork_and_terminate(out):
+    """In a component process: an env forks a helper, and later ends it with SIGTERM."""
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.write(ready_w, b"!")  # it runs: its fork handlers have run
+        time.sleep(600)
+        os._exit(0)
+    os.read(ready_r, 1)
+    os.kill(child, signal.SIGTERM)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(child, os.WNOHANG)
+        if pid:
+            out.put(os.waitstatus_to_exitcode(status))
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    os.waitpid(child, 0)
+    out.put("lived through SIGTERM")
+
+
+class _ForksAWorker:
+    def __init__(self, out):
+        self.name = "forker"
+        self.running = True
+        _fork_and_terminate(out)
+
+    def poll(self, timeout):
+        self.running = False
+
+    def close(self):
+        pass
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="fork")
+@pytest.mark.timeout(120)
+def test_a_process_a_component_forks_can_still_be_terminated():
+    # The component lives through SIGTERM; what it forks must not inherit that, or an env that
+    # ends its helper with SIGTERM would wait for it for ever.
+    reports, out = make_queue(), make_queue()
+    host = ProcessHost(reports)
+    host.start(ComponentSpec("forker", _ForksAWorker, {"out": out}, make_queue()))
+    try:
+        assert out.get(timeout=60) == -signal.SIGTERM
+    finally:
+        assert host.join_all(30) == []

@@ -74,7 +74,9 @@ def test_masked_non_finite_rewards_do_not_poison_the_update(make_dataset):
     assert all(torch.isfinite(p).all() for p in learner.model.parameters())
 
 
-def test_no_checkpoint_holds_a_non_finite_value():
+def test_the_check_before_a_checkpoint_refuses_a_non_finite_parameter():
+    # The check alone; that the worker's save path runs it and writes nothing is
+    # tests/component/test_learner_worker.py::test_a_checkpoint_of_a_non_finite_model_is_refused...
     learner = _learner()
     learner.assert_finite()
     with torch.no_grad():
@@ -105,3 +107,33 @@ def test_sgd_steps_on_cuda_match_the_same_steps_on_the_cpu(make_dataset):
         assert torch.allclose(a, b.cpu(), rtol=1e-4, atol=1e-5), name
     for key in ("losses/policy", "losses/value", "losses/entropy", "learner/grad_norm"):
         assert stats_cuda[key] == pytest.approx(stats_cpu[key], rel=1e-3, abs=1e-5), key
+
+
+@pytest.mark.parametrize("first_step", [True, False])
+def test_a_step_that_leaves_non_finite_weights_is_undone_before_it_is_published(
+    make_dataset, first_step
+):
+    """A finite loss and gradient, but a learning rate (here set as PBT would) that makes the
+    weights infinite: the step is undone, never published, and counted as skipped."""
+    learner = _learner()
+    if not first_step:
+        learner.train(make_dataset(reward=1.0), lambda: None)  # Adam's moments exist now
+    model_before = copy.deepcopy(learner.model.state_dict())
+    moments_before = copy.deepcopy(learner.optimizer.state_dict()["state"])
+    version = learner.policy_version
+    learner.set_hyperparameters({"learning_rate": float("inf")})
+    published = []
+
+    def on_sgd_step() -> None:  # what the learner worker would publish to inference
+        published.append(all(torch.isfinite(p).all() for p in learner.model.parameters()))
+
+    stats = learner.train(make_dataset(reward=1.0), on_sgd_step)
+    assert published == [True]
+    assert _same(model_before, learner.model.state_dict())
+    assert _same(moments_before, learner.optimizer.state_dict()["state"])
+    assert learner.policy_version == version
+    assert learner.skipped_updates == 1 and stats["health/skipped_updates"] == 1.0
+    learner.assert_finite()  # a checkpoint could be written
+    learner.set_hyperparameters({"learning_rate": 1e-3})
+    learner.train(make_dataset(reward=1.0), lambda: None)  # training goes on from there
+    assert learner.policy_version == version + 1 and learner.consecutive_skips == 0

@@ -494,9 +494,9 @@ def test_huge_int_for_float_field_raises_config_error():
 
 
 def test_large_integer_string_is_exact():
-    big = 2**53 + 1
-    assert make_config(seed=big).seed == big
-    assert make_config(seed=str(big)).seed == big
+    big = 2**53 + 1  # beyond float64's exact integers (and beyond the seeds' range)
+    assert make_config(train_for_env_steps=big).train_for_env_steps == big
+    assert make_config(train_for_env_steps=str(big)).train_for_env_steps == big
 
 
 def test_num_workers_auto_is_one_per_core():

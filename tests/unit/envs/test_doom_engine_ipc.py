@@ -1,4 +1,5 @@
-"""Cleaning up the /dev/shm names killed ViZDoom engines leave behind (no vizdoom needed)."""
+"""Cleaning up the /dev/shm names killed ViZDoom engines leave behind (the last test starts a real
+game; the others need no vizdoom)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,17 @@ def test_a_process_that_is_gone_holds_nothing() -> None:
     process = subprocess.Popen([sys.executable, "-c", "pass"])
     process.wait()
     assert engine_ipc.engine_ipc_held_by(process.pid) == []
+
+
+def test_a_doom_game_removes_old_orphan_names_before_its_engine_starts(shm: Path) -> None:
+    """What the cleanup is for: a killed engine's names are gone once the next game starts."""
+    from sampleforge.envs.doom import make_doom_env
+    from sampleforge.envs.registry import EnvContext
+
+    _names("KilledLongAgo", shm, age_sec=3600)
+    env = make_doom_env("doom_basic", EnvContext(seed=0))
+    try:
+        env.reset(seed=0)
+        assert list(shm.iterdir()) == []
+    finally:
+        env.close()

@@ -242,8 +242,9 @@ def test_a_text_key_of_a_dict_observation_fails_in_one_line_naming_it() -> None:
         env_info("mission")
     assert str(caught.value) == (
         "env 'mission': observation key 'mission' is a Text space, which the models cannot take "
-        "(supported: Box, Dict(Box...)); drop it or encode it with a gymnasium "
-        "ObservationWrapper (see docs/custom_env.md)"
+        "(supported: Box, Discrete, MultiDiscrete, MultiBinary, or a Dict of them); drop it "
+        "with --drop_obs_keys mission or encode it with a gymnasium ObservationWrapper "
+        "(see docs/custom_env.md)"
     )
 
 

@@ -25,3 +25,9 @@ def test_symmetric_kl_exploration_needs_discrete_actions() -> None:
     check_model_fits_env(cfg, _env(gym.spaces.Discrete(3)))
     entropy = make_config(env="Pendulum-v1", serial_mode=True)
     check_model_fits_env(entropy, _env(gym.spaces.Box(-2.0, 2.0, (1,), np.float32)))
+
+
+def test_a_conv_encoder_on_vector_observations_is_a_config_error() -> None:
+    cfg = make_config(env="CartPole-v1", encoder="conv_simple", serial_mode=True)
+    with pytest.raises(ConfigError, match="the model settings do not fit env 'CartPole-v1'"):
+        check_model_fits_env(cfg, _env(gym.spaces.Discrete(2)))

@@ -1,5 +1,7 @@
 """EnvSplit's fault policy: env exceptions and non-finite data never reach the buffers."""
 
+import logging
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -7,6 +9,7 @@ import pytest
 from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec
 from sampleforge.envs.stepping.env_split import EnvFaultError, EnvSplit, StepTargets
+from sampleforge.envs.stepping.faults import RateLimitedWarnings
 
 
 class ScriptedFaultEnv(gym.Env):
@@ -262,3 +265,205 @@ def test_multi_agent_truncated_seat_bootstraps_and_the_env_resets_one_step_later
     # The reset step: nothing to learn from, first observations written.
     assert seen[3] == ([1.0, 1.0], [0.0, 0.0], [0.0, 0.0], True)
     assert seen[4] == ([0.0, 0.0], [1.0, 1.0], [11.0, 21.0], False)
+
+
+# --- a bound on faults in a row, bad rewards, rate-limited warnings, wrong shapes -------------
+
+FAULTS_LOG = "sampleforge.envs.stepping.faults"
+
+
+class ScheduledEnv(gym.Env):
+    """Env 1 follows `schedule` (shared by every rebuild of it): each step takes the next entry,
+    "raise" or a reward to return (possibly not a number); env 0 and 2 are well behaved.
+    `obs_shape` is the shape it really returns, which may differ from the declared (2,)."""
+
+    observation_space = gym.spaces.Box(-10, 10, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, env_index: int, schedule: list, obs_shape=(2,), reset_raises=False):
+        self.scheduled = env_index == 1
+        self.schedule = schedule
+        self.obs_shape = obs_shape if self.scheduled else (2,)
+        self.reset_raises = reset_raises and self.scheduled
+
+    def reset(self, *, seed=None, options=None):
+        if self.reset_raises and self.schedule and self.schedule[0] == "restarted":
+            raise OSError("the simulator's socket is gone")
+        return np.zeros(self.obs_shape, np.float32), {}
+
+    def step(self, action):
+        reward = self.schedule.pop(0) if self.scheduled and self.schedule else 1.0
+        if isinstance(reward, str) and reward == "raise":
+            if self.reset_raises:
+                self.schedule.insert(0, "restarted")
+            raise ValueError("simulator exploded\n(second line of the message)")
+        return np.ones(self.obs_shape, np.float32), reward, False, False, {}
+
+
+def _scheduled_split(schedule: list, bound: int = 100, warnings=None, **env_kwargs) -> EnvSplit:
+    spec = EnvSpec("scheduled", lambda ctx: ScheduledEnv(ctx.env_index, schedule, **env_kwargs))
+    return EnvSplit(
+        env_spec=spec,
+        worker_index=3,
+        first_env_index=0,
+        num_envs=3,
+        seed=0,
+        error_policy="restart",
+        max_consecutive_faults=bound,
+        fault_warnings=warnings,
+    )
+
+
+def test_an_env_faulting_bound_times_in_a_row_fails_with_one_line_naming_env_and_fault():
+    split = _scheduled_split(["raise"] * 10, bound=5)
+    split.reset_all({"obs": np.zeros((3, 2), np.float32)})
+    for _ in range(4):  # faults 1-4: restarted, the run goes on
+        outcome = split.step(np.zeros((3, 1), np.int64), _targets())
+        assert len(outcome.faults) == 1
+    with pytest.raises(EnvFaultError) as failure:
+        split.step(np.zeros((3, 1), np.int64), _targets())
+    message = str(failure.value)
+    assert "\n" not in message
+    assert message.startswith("env 'scheduled' failed 5 times in a row in worker 3 (env 1)")
+    assert "ValueError: simulator exploded (second line of the message)" in message
+    assert "max_consecutive_env_faults=5" in message
+    assert isinstance(failure.value.__cause__, ValueError)
+
+
+def test_the_count_of_faults_in_a_row_starts_again_after_a_good_step():
+    # 4 faults, 1 good step, 4 faults, ...: never 5 in a row.
+    split = _scheduled_split((["raise"] * 4 + [1.0]) * 6, bound=5)
+    outcomes = _run(split, 30)
+    assert sum(len(o.faults) for o, _ in outcomes) == 24
+
+
+@pytest.mark.parametrize(
+    "reward,what",
+    [
+        (None, "returned reward of type NoneType; expected a number"),
+        ("1.0", "returned reward of type str; expected a number"),
+        (np.array([1.0, 2.0]), "returned reward of shape (2,) (a ndarray); expected a number"),
+        ([None], "returned reward of type list (dtype object); expected a number"),
+    ],
+)
+def test_a_reward_that_is_not_a_number_is_a_fault(reward, what):
+    outcomes = _run(_scheduled_split([1.0, reward, 1.0]), 3)
+    faults = [f for o, _ in outcomes for f in o.faults]
+    assert faults == [f"env 'scheduled' failed in worker 3 (env 1): {what}"]
+    _, out = outcomes[1]
+    assert out.valids.tolist() == [1.0, 0.0, 1.0] and out.rewards.tolist() == [1.0, 0.0, 1.0]
+
+
+@pytest.mark.parametrize("reward", [np.float32(0.5), np.array(0.5), np.array([0.5]), 1, True])
+def test_rewards_that_are_one_number_are_taken(reward):
+    outcomes = _run(_scheduled_split([reward]), 1)
+    outcome, out = outcomes[0]
+    assert outcome.faults == [] and out.rewards[1] == float(np.asarray(reward).reshape(()))
+
+
+def test_multi_agent_rewards_must_be_one_number_per_seat():
+    from sampleforge.envs.stepping.env_split import MultiAgentEnvSplit
+
+    class BadRewards(TwoSeatEnv):
+        def step(self, actions):
+            obs, _, terminated, truncated, infos = super().step(actions)
+            return obs, [1.0, None], terminated, truncated, infos
+
+    split = MultiAgentEnvSplit(
+        env_spec=EnvSpec("bad_seat_rewards", lambda ctx: BadRewards(), multi_agent=True),
+        worker_index=0,
+        first_env_index=0,
+        num_envs=1,
+        seed=0,
+        error_policy="restart",
+    )
+    split.reset_all({"obs": np.zeros((2, 1), np.float32)})
+    out = _targets(2)
+    out.next_obs = {"obs": np.zeros((2, 1), np.float32)}
+    outcome = split.step(np.zeros((2, 1), np.int64), out)
+    assert outcome.faults == [
+        "env 'bad_seat_rewards' failed in worker 0 (env 0): returned rewards of type list "
+        "(dtype object); expected one number per seat"
+    ]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fault_warnings_are_rate_limited_with_a_count_of_those_left_out(caplog):
+    clock = FakeClock()
+    warnings = RateLimitedWarnings(burst=3, interval_sec=30.0, clock=clock)
+    split = _scheduled_split(["raise"] * 1000, bound=1000, warnings=warnings)
+    caplog.set_level(logging.WARNING, logger=FAULTS_LOG)
+    _run(split, 50)  # 50 faults within one second of the fake clock
+
+    def records() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == FAULTS_LOG]
+
+    assert len(records()) == 3  # the burst
+    assert all("env 'scheduled' failed in worker 3 (env 1)" in line for line in records())
+    clock.now += 31
+    for _ in range(5):
+        split.step(np.zeros((3, 1), np.int64), _targets())
+    assert len(records()) == 4  # one more after the interval, counting those left out
+    assert records()[-1].endswith("[47 more like it in the last 31 s not logged]")
+
+
+def test_fault_warnings_of_a_worker_share_one_limit():
+    clock = FakeClock()
+    warnings = RateLimitedWarnings(logging.getLogger("unused"), burst=2, clock=clock)
+    splits = [_scheduled_split(["raise"] * 10, warnings=warnings) for _ in range(2)]
+    for split in splits:
+        _run(split, 5)
+    assert warnings.logged == 2 and warnings.suppressed == 8
+
+
+def test_an_env_whose_reset_fails_while_restarting_fails_in_one_line():
+    split = _scheduled_split(["raise"], reset_raises=True)
+    with pytest.raises(EnvFaultError) as failure:
+        _run(split, 2)
+    assert str(failure.value) == (
+        "env 'scheduled' could not be restarted in worker 3 (env 1): its reset raised "
+        "OSError: the simulator's socket is gone"
+    )
+
+
+def test_an_observation_of_the_wrong_shape_at_the_first_reset_names_env_and_shapes():
+    split = _scheduled_split([], obs_shape=(3,))
+    with pytest.raises(EnvFaultError) as failure:
+        split.reset_all({"obs": np.zeros((3, 2), np.float32)})
+    assert str(failure.value) == (
+        "env 'scheduled' returned an observation of shape (3,), but its observation space "
+        "declares (2,) (at its first reset, worker 3, env 1)"
+    )
+
+
+def test_an_observation_of_the_wrong_shape_in_a_step_names_env_and_shapes():
+    class ShapeShifter(ScheduledEnv):
+        def step(self, action):
+            obs, *rest = super().step(action)
+            return (np.ones((2, 2), np.float32) if self.scheduled else obs), *rest
+
+    spec = EnvSpec("shifter", lambda ctx: ShapeShifter(ctx.env_index, []))
+    split = EnvSplit(
+        env_spec=spec, worker_index=0, first_env_index=0, num_envs=3, seed=0, error_policy="fail"
+    )
+    with pytest.raises(EnvFaultError) as failure:
+        _run(split, 1)
+    assert str(failure.value) == (
+        "env 'shifter' returned an observation of shape (2, 2), but its observation space "
+        "declares (2,) (in a step, worker 0, env 1)"
+    )
+
+
+def test_an_env_that_raised_is_rebuilt_not_only_reset():
+    # An exception can leave a simulator broken inside; docs/reliability.md promises a new env.
+    split = _split("raise")
+    healthy, faulty = split.envs[0], split.envs[1]
+    _run(split, 4)
+    assert split.envs[0] is healthy and split.envs[1] is not faulty

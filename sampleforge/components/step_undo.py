@@ -1,0 +1,99 @@
+"""Undoing an optimizer step that left a non-finite value in the parameters or the optimizer.
+
+A finite loss and gradient can still give non-finite parameters: a learning rate large enough
+that one Adam step overflows float32, or a second moment that overflows. The learner saves the
+parameters and the optimizer's state just before each step (into buffers allocated once and
+reused), checks them after it, and restores them if any value is non-finite, so such weights
+are never published to inference, checkpointed or trained on.
+
+Cost: one copy of the parameters and Adam's two moments per step and one norm over them
+(multi-tensor `_foreach` kernels, a few calls per device whatever the number of tensors): under
+1% of a default CartPole SGD step.
+
+Must not: know about losses, datasets, processes or the config.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class StepUndo:
+    """Saves a model's parameters and its optimizer's per-parameter state before a step, and
+    puts them back if the step left a non-finite value."""
+
+    def __init__(self) -> None:
+        self._params: list[nn.Parameter] = []
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._live: list[torch.Tensor] = []  # the tensors saved: parameters, then state
+        self._saved: list[torch.Tensor] = []  # their copies (reused while the layout holds)
+        self._fresh: list[nn.Parameter] = []  # parameters without optimizer state yet
+        self._scalars: list[tuple[nn.Parameter, str, object]] = []  # non-tensor state
+
+    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Copy `model`'s parameters and `optimizer`'s state (call before `optimizer.step()`)."""
+        self._params, self._optimizer = list(model.parameters()), optimizer
+        self._live = [p.detach() for p in self._params]
+        self._fresh, self._scalars = [], []
+        for p in self._params:
+            state = optimizer.state.get(p)
+            if not state:
+                self._fresh.append(p)  # the step creates its state; undoing it removes it
+                continue
+            for key, value in state.items():
+                if torch.is_tensor(value):
+                    self._live.append(value)
+                else:
+                    self._scalars.append((p, key, value))
+        if [_layout(t) for t in self._saved] != [_layout(t) for t in self._live]:
+            self._saved = [torch.empty_like(t) for t in self._live]
+        _copy(self._saved, self._live)
+
+    def finite(self) -> bool:
+        """Whether every parameter and every floating-point optimizer statistic is finite."""
+        assert self._optimizer is not None, "save() first"
+        tensors = [p.detach() for p in self._params]
+        for state in self._optimizer.state.values():
+            tensors += [t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()]
+        # An L1 norm is finite exactly when every value is, unless the values are so large that
+        # their sum passes 3.4e38, where the model's own forward pass would overflow anyway.
+        # One fused kernel and one device-to-host sync per device (Adam keeps its step counts
+        # on the CPU even for CUDA parameters).
+        return all(
+            bool(torch.stack(torch._foreach_norm(group, 1)).isfinite().all())
+            for group in _by_device(tensors).values()
+        )
+
+    def restore(self) -> None:
+        """Put back what `save` copied, as if the step had never happened."""
+        assert self._optimizer is not None, "save() first"
+        with torch.no_grad():
+            _copy(self._live, self._saved)
+        for p in self._fresh:
+            self._optimizer.state.pop(p, None)
+        for p, key, value in self._scalars:
+            self._optimizer.state[p][key] = value
+
+
+def _layout(t: torch.Tensor) -> tuple:
+    return t.shape, t.dtype, t.device
+
+
+def _by_device(tensors: list[torch.Tensor]) -> dict[torch.device, list[torch.Tensor]]:
+    """Multi-tensor kernels take the tensors of one device at a time."""
+    groups: dict[torch.device, list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault(t.device, []).append(t)
+    return groups
+
+
+def _copy(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """`destinations[i].copy_(sources[i])` for every i, one multi-tensor copy per device."""
+    pairs: dict[torch.device, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+    for d, s in zip(destinations, sources, strict=True):
+        group = pairs.setdefault(d.device, ([], []))
+        group[0].append(d)
+        group[1].append(s)
+    for group_destinations, group_sources in pairs.values():
+        torch._foreach_copy_(group_destinations, group_sources)

@@ -1,0 +1,127 @@
+"""The memory estimate counts what the buffers really allocate, and a run that cannot fit is
+refused with a one-line ConfigError before anything is allocated."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
+from sampleforge.components import memory_estimate, wiring
+from sampleforge.components.batcher import Batcher, Dataset, Samples
+from sampleforge.components.learner import Learner
+from sampleforge.components.memory_estimate import check_memory, estimate_memory
+from sampleforge.components.runner import Runner
+from sampleforge.config import ConfigError, make_config
+from sampleforge.envs.registry import env_info
+from sampleforge.models.factory import make_actor_critic
+
+CPU = torch.device("cpu")
+SMALL = dict(
+    env="CartPole-v1", num_workers=2, num_envs_per_worker=4, rollout=8, batch_size=32, device="cpu"
+)
+
+
+def _layout(cfg):
+    env = env_info(cfg.env)
+    probe = make_actor_critic(cfg, env.observation_space, env.action_space)
+    return env, probe, wiring.trajectory_layout(cfg, env, probe.rnn_state_size)
+
+
+def _nbytes(data: Dataset | Samples) -> int:
+    tensors = list(data.obs.values())
+    tensors += [v for k, v in vars(data).items() if k != "obs"]
+    return sum(t.nbytes for t in tensors)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},  # single-sample minibatches (APPO with GAE)
+        {"with_vtrace": True},  # trajectory minibatches
+        {"rnn": "gru", "rnn_size": 16, "num_batches_per_epoch": 3},
+        {"env": "duel", "num_policies": 2, "num_frozen_opponents": 1},  # two seats, two learners
+    ],
+)
+def test_the_estimate_counts_the_bytes_the_buffers_and_the_learner_allocate(overrides):
+    cfg = make_config(**{**SMALL, "with_vtrace": False, **overrides})
+    env, probe, layout = _layout(cfg)
+    estimate = estimate_memory(cfg, layout, model_numel(probe), CPU)
+
+    buffer = SharedTrajectoryBuffer(layout)
+    assert estimate.trajectory_buffer == sum(t.nbytes for t in buffer.fields().values())
+
+    # Slots are only needed to release copied ones; nothing is copied here.
+    batcher = Batcher(buffer, None, cfg.dataset_size // cfg.rollout, CPU)
+    staging = sum(t.nbytes for t in batcher._staging.values())
+    for tensor in batcher._staging.values():
+        tensor.zero_()  # valid actions and versions instead of the poison
+    learner = Learner(cfg, env.observation_space, env.action_space, CPU)
+    data = batcher.take()
+    if learner.trains_on_samples:
+        samples = learner._prepare_samples(data)
+        copies = _nbytes(samples) + _nbytes(samples.take(torch.arange(cfg.batch_size)))
+    else:
+        copies = _nbytes(data.select(torch.arange(cfg.batch_size // cfg.rollout)))
+    assert estimate.learner_datasets == cfg.num_policies * (staging + copies)
+
+    published = SharedPolicyWeights(model_numel(probe))
+    copies_of_weights = 2 * cfg.num_policies + cfg.num_frozen_opponents
+    assert estimate.weights == copies_of_weights * (published.flat.nbytes + published.exact.nbytes)
+
+
+def test_a_batch_size_beyond_this_machines_memory_is_refused_in_one_line():
+    cfg = make_config(**{**SMALL, "batch_size": 8 * 10**12})  # ~ 10**15 bytes of datasets
+    _, probe, layout = _layout(cfg)
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, layout, model_numel(probe), CPU)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "batch_size 8000000000000 x num_batches_per_epoch 4" in message
+    assert "of host memory (" in message and "available)" in message
+    assert "lower batch_size or num_batches_per_epoch" in message
+
+
+def test_the_message_gives_the_estimate_and_the_available_memory(monkeypatch):
+    cfg = make_config(**SMALL)
+    _, probe, layout = _layout(cfg)
+    estimate = estimate_memory(cfg, layout, model_numel(probe), CPU)
+    monkeypatch.setattr(memory_estimate, "available_host_memory", lambda: estimate.host - 1)
+    monkeypatch.setattr(memory_estimate, "free_shared_memory", lambda: 1000)
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, layout, model_numel(probe), CPU)
+    assert err.value.problems == [
+        f"the run needs at least {memory_estimate._size(estimate.host)} of host memory "
+        f"({memory_estimate._size(estimate.host - 1)} available) and "
+        f"{memory_estimate._size(estimate.shared)} of shared memory in /dev/shm (1 kB free): "
+        "datasets of batch_size 32 x num_batches_per_epoch 4 for 1 policy take "
+        f"{memory_estimate._size(estimate.dataset_slots + estimate.learner_datasets)}, "
+        "sampling slots of num_workers 2 x num_envs_per_worker 4 x rollout 8 take "
+        f"{memory_estimate._size(estimate.sampling_slots)}; lower batch_size or "
+        "num_batches_per_epoch"
+    ]
+
+
+def test_a_cuda_learners_datasets_count_against_the_devices_memory(monkeypatch):
+    cfg = make_config(**SMALL)
+    _, probe, layout = _layout(cfg)
+    on_cuda = estimate_memory(cfg, layout, model_numel(probe), torch.device("cuda"))
+    on_cpu = estimate_memory(cfg, layout, model_numel(probe), CPU)
+    assert on_cuda.host == on_cuda.shared == on_cuda.trajectory_buffer
+    assert on_cuda.device == on_cpu.learner_datasets + on_cpu.weights
+    assert on_cpu.device == 0
+    monkeypatch.setattr(memory_estimate, "free_device_memory", lambda device: 100)
+    with pytest.raises(ConfigError, match=r"of cuda memory \(1 kB free\)"):
+        check_memory(cfg, layout, model_numel(probe), torch.device("cuda"))
+
+
+def test_a_run_that_cannot_fit_is_refused_before_its_folder_or_buffers_exist(tmp_path, monkeypatch):
+    cfg = make_config(train_dir=str(tmp_path), **SMALL)
+    monkeypatch.setattr(memory_estimate, "available_host_memory", lambda: 1000)
+    allocated = []
+    monkeypatch.setattr(wiring, "SharedTrajectoryBuffer", allocated.append)
+    with pytest.raises(ConfigError, match="of host memory"):
+        Runner(cfg)
+    assert allocated == []
+    assert list(tmp_path.iterdir()) == []  # no experiment folder, no lock file
