@@ -36,8 +36,6 @@ from sampleforge.comms.interrupts import (
     leave_signals_to_the_parent,
     signals_deferred,
 )
-from sampleforge.components.batcher import Dataset
-from sampleforge.components.learner import Learner
 from sampleforge.components.runner import Runner
 from sampleforge.config import Config
 from sampleforge.envs.envpool_env import is_envpool_spec
@@ -45,7 +43,9 @@ from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec, env_info, make_env, resolve_env
 from sampleforge.envs.stepping.env_split import StepTargets
 from sampleforge.envs.stepping.factory import make_env_split
-from sampleforge.models.factory import make_actor_critic, resolve_device
+from sampleforge.learners.actor_critic import ActorCriticLearner
+from sampleforge.learners.batcher import Dataset
+from sampleforge.models.factory import make_policy_model, resolve_device
 from sampleforge.spaces import action_spec, categorical_sizes, observation_specs
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
@@ -139,7 +139,7 @@ def compute_costs(
     env = env_info(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
     env_spec = resolve_env(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
     device = resolve_device(cfg.device)
-    model = make_actor_critic(cfg, env.observation_space, env.action_space).to(device).eval()
+    model = make_policy_model(cfg, env.observation_space, env.action_space).to(device).eval()
     obs = _random_obs(observation_specs(env.observation_space), (inference_batch_size,), device)
     rnn = torch.zeros(inference_batch_size, int(model.rnn_state_size), device=device)
 
@@ -148,7 +148,7 @@ def compute_costs(
             model.act(obs, rnn)
         _synchronize(device)
 
-    learner = Learner(cfg, env.observation_space, env.action_space, device)
+    learner = ActorCriticLearner(cfg, env.observation_space, env.action_space, device)
     data = _random_dataset(cfg, env, device)
 
     def train():
@@ -264,7 +264,7 @@ def _random_dataset(cfg: Config, env, device: torch.device | None = None) -> Dat
         if spec.dtype == torch.int64
         else torch.randn((T, B) + spec.shape)
     )
-    model = make_actor_critic(cfg, env.observation_space, env.action_space)
+    model = make_policy_model(cfg, env.observation_space, env.action_space)
     data = Dataset(
         obs=_random_obs(observation_specs(env.observation_space), (T, B)),
         actions=actions,

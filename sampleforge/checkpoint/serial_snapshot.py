@@ -35,14 +35,14 @@ import logging
 import os
 import random
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from sampleforge.checkpoint.store import sha256_file
-from sampleforge.comms.hosts import InlineHost
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.config import Config, config_to_dict
 
@@ -53,7 +53,26 @@ SIDECAR_SUFFIX = ".json"  # serial_state.pt.json, plain JSON: read before anythi
 FORMAT_VERSION = 2  # 2: the sidecar names the checkpoints the snapshot belongs to
 
 
-def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, host) -> bool:
+class Snapshotable(Protocol):
+    """A component whose state a serial-mode snapshot captures."""
+
+    def snapshot_state(self) -> dict: ...
+
+    def restore_state(self, state: dict) -> None: ...
+
+
+@dataclass(frozen=True)
+class SystemState:
+    """What a snapshot captures besides the runner's counters, as the runner hands it over:
+    the components (inline, in serial mode), every queue by name, and every shared tensor by
+    name. Plain data: this module never reaches into the runner's wiring or host."""
+
+    components: Mapping[str, Snapshotable]
+    queues: Mapping[str, Any]
+    tensors: Mapping[str, torch.Tensor]
+
+
+def save_snapshot(path: Path, cfg: Config, runner_state: dict, system: SystemState) -> bool:
     """Capture the system and write it atomically, not yet bound to a checkpoint (see
     `bind_snapshot`); False (with a warning) if it cannot be. Any older snapshot is deleted
     first: it belongs to an older checkpoint."""
@@ -64,9 +83,9 @@ def save_snapshot(path: Path, cfg: Config, runner_state: dict, wiring, host) -> 
             "config_hash": config_hash(cfg),
             "runner": runner_state,
             "rng": _rng_states(),
-            "components": {n: c.snapshot_state() for n, c in _components(host).items()},
-            "queues": _drain_and_refill(wiring.queues()),
-            "tensors": {k: t.clone() for k, t in _shared_tensors(wiring).items()},
+            "components": {n: c.snapshot_state() for n, c in system.components.items()},
+            "queues": _drain_and_refill(system.queues),
+            "tensors": {k: t.clone() for k, t in system.tensors.items()},
         }
         tmp, tmp_sidecar = _temporaries(path)
         torch.save(state, tmp)
@@ -197,18 +216,13 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + SIDECAR_SUFFIX)
 
 
-def _components(host: InlineHost) -> dict:
-    assert isinstance(host, InlineHost), "serial mode runs its components inline"
-    return host.components
-
-
-def restore_snapshot(state: dict, wiring, host) -> dict:
+def restore_snapshot(state: dict, system: SystemState) -> dict:
     """Put every component, queue, shared tensor and RNG back; returns the runner's state."""
-    for name, component in _components(host).items():
+    for name, component in system.components.items():
         component.restore_state(state["components"][name])
-    for key, tensor in _shared_tensors(wiring).items():
+    for key, tensor in system.tensors.items():
         tensor.copy_(state["tensors"][key])
-    queues = wiring.queues()
+    queues = system.queues
     for key, messages in state["queues"].items():
         receive(queues[key], 0.0)  # whatever start-up put there is superseded
         if messages:
@@ -227,7 +241,7 @@ def config_hash(cfg: Config) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _drain_and_refill(queues: dict[str, Any]) -> dict[str, list]:
+def _drain_and_refill(queues: Mapping[str, Any]) -> dict[str, list]:
     """Every queued message, in order; the queues are left as they were."""
     contents = {}
     for key, queue in queues.items():
@@ -235,27 +249,6 @@ def _drain_and_refill(queues: dict[str, Any]) -> dict[str, list]:
         if contents[key]:
             send_many(queue, contents[key])
     return contents
-
-
-def _shared_tensors(wiring) -> dict[str, torch.Tensor]:
-    tensors = {f"buffer.{k}": t for k, t in wiring.buffer.fields().items()}
-    ledger = wiring.ledger
-    tensors.update(
-        {
-            "ledger.slot_owners": ledger.slot_owners,
-            "ledger.slot_readers": ledger.slot_readers,
-            "ledger.generations": ledger.generations,
-        }
-    )
-    for p, weights in wiring.weights.items():
-        tensors.update(
-            {
-                f"weights{p}.flat": weights.flat,
-                f"weights{p}.exact": weights.exact,
-                f"weights{p}.header": weights.header,
-            }
-        )
-    return tensors
 
 
 def _rng_states() -> dict:

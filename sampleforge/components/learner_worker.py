@@ -1,12 +1,14 @@
-"""Learner worker: the process shell around a policy's Learner and Batcher.
+"""Learner worker: the process shell around a policy's learner, whichever algorithm it runs.
 
-It receives finished trajectories, lets the batcher stage them, trains when a dataset is ready,
+The registry (`learners/registry.py`) builds its three parts for `--algorithm`: a learner that
+trains, a stager for arrived trajectories and a sampling gate (`learners/protocols.py`). The
+shell receives finished trajectories, lets the stager stage them, trains when it is ready,
 publishes the weights after every SGD step (`SharedPolicyWeights`), reports statistics, and
 writes checkpoints when the runner asks.
 
-Back-pressure (`SamplingGate`): after every SGD step, and whenever it is idle, the learner
-tells rollout workers how many trajectory slots may be on their way to it, so a slow learner
-gets fresh data instead of a growing backlog and no sample is dropped for being stale.
+Back-pressure (the gate): after every SGD step, and whenever it is idle, the learner tells
+rollout workers how many trajectory slots may be on their way to it, so a slow learner gets
+fresh data instead of a growing backlog and no sample is dropped for being stale.
 
 It owns the policy's training state: on start it resumes from the newest valid checkpoint if
 asked to.
@@ -45,11 +47,9 @@ from sampleforge.comms.messages import (
     TrajectoryReady,
 )
 from sampleforge.comms.queues import receive, send_many
-from sampleforge.components.batcher import Batcher
-from sampleforge.components.learner import Learner
-from sampleforge.components.sampling_gate import SamplingGate
 from sampleforge.config import Config
 from sampleforge.config.ranges import learner_seed
+from sampleforge.learners.registry import LearnerSite, make_learner_parts
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
 
@@ -95,9 +95,19 @@ class LearnerWorker:
         self.paused = True  # trains only between the runner's Resume and Pause
         if cfg.seed is not None:
             torch.manual_seed(learner_seed(cfg.seed, policy_id))
-        self.learner = Learner(
-            cfg, observation_space, action_space, device, frameskip, policy_id=policy_id
+        parts = make_learner_parts(
+            cfg,
+            LearnerSite(
+                observation_space=observation_space,
+                action_space=action_space,
+                device=device,
+                frameskip=frameskip,
+                policy_id=policy_id,
+                buffer=endpoints.buffer,
+                slots=endpoints.slots,
+            ),
         )
+        self.learner, self.stager, self.gate = parts.learner, parts.stager, parts.gate
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
         resumed_from = self._resume() if resume else None
         self.weights.publish(self.learner.model, self.learner.policy_version)
@@ -111,23 +121,6 @@ class LearnerWorker:
                     policy_id, self.learner.env_steps, self.learner.policy_version, resumed_from
                 )
             ],
-        )
-        buffer, slots = endpoints.buffer, endpoints.slots
-        self.batcher = Batcher(
-            buffer, slots, cfg.dataset_size // cfg.rollout, device, policy_id=policy_id
-        )
-        lead = cfg.sampling_lead_sgd_steps
-        if lead is None and cfg.serial_mode:
-            # Serial components take turns, so there is no overlap to measure, and a lead
-            # measured on the clock would make a seeded run differ from itself.
-            lead = 0
-        self.gate = SamplingGate(
-            slots.ledger,
-            policy_id,
-            self.batcher.dataset_trajectories,
-            buffer.layout.rows_per_slot,
-            self.learner.sgd_steps_per_dataset,
-            lead,
         )
         self._train_seconds = 0.0
         self._arrived: deque[TrajectoryReady] = deque()
@@ -147,11 +140,11 @@ class LearnerWorker:
             self._handle(msg)
         if not self.running:
             return  # stopping: don't start another training iteration
-        while self._arrived and not self.batcher.ready():
-            self.batcher.add(self._arrived.popleft())
-        self.batcher.return_slots()
+        while self._arrived and not self.stager.ready():
+            self.stager.add(self._arrived.popleft())
+        self.stager.return_slots()
         self._gate_sampling()
-        if self.batcher.ready() and not self.paused:
+        if self.stager.ready() and not self.paused:
             self._train()
 
     def close(self) -> None:
@@ -161,13 +154,13 @@ class LearnerWorker:
         """Training state plus the trajectories staged or waiting, for an exact resume."""
         return {
             "learner": self.learner.state_dict(),
-            "batcher": self.batcher.state_dict(),
+            "stager": self.stager.state_dict(),
             "arrived": list(self._arrived),
         }
 
     def restore_state(self, state: dict) -> None:
         self.learner.load_state_dict(state["learner"])
-        self.batcher.load_state_dict(state["batcher"])
+        self.stager.load_state_dict(state["stager"])
         self._arrived = deque(state["arrived"])
 
     def _handle(self, msg) -> None:
@@ -206,10 +199,10 @@ class LearnerWorker:
     def _train(self) -> None:
         t0 = time.perf_counter()
         self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
-        self.gate.training_started(self.batcher.filled)
+        self.gate.training_started(self.stager.filled)
         self._gate_sampling()
-        stats = self.learner.train(self.batcher.take(), self._on_sgd_step)
-        self.batcher.consume()
+        stats = self.learner.train(self.stager.take(), self._on_sgd_step)
+        self.stager.consume()
         self.gate.training_done()
         # The dataset just trained on may have ended the early epochs.
         self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
@@ -250,7 +243,7 @@ class LearnerWorker:
         self._gate_sampling()
 
     def _gate_sampling(self) -> None:
-        self.gate.update(self.batcher.filled)
+        self.gate.update(self.stager.filled)
 
     def _save(self, msg: SaveCheckpoint) -> None:
         self.learner.assert_finite()

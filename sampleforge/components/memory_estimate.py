@@ -6,7 +6,7 @@ space:
 - the shared trajectory buffer (`buffers/trajectory_buffer.py`): `num_slots x (T + 1) x rows`
   steps of observations, actions, recurrent state and per-step scalars, in host shared memory
   (torch places it in /dev/shm);
-- each learner's staging area (`components/batcher.py`): a dataset's trajectories plus one
+- each learner's staging area (`learners/batcher.py`): a dataset's trajectories plus one
   slot's rows, every field of a step, on the learner's device;
 - with single-sample minibatches (`learner.trains_on_samples`) the learner's per-step copy of
   each dataset with its advantages and targets, and the minibatch copied out of either;
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import torch
 
 from sampleforge.buffers.trajectory_buffer import TrajectoryLayout
-from sampleforge.components.learner import trains_on_samples
 from sampleforge.config import Config, ConfigError
+from sampleforge.learners.actor_critic import trains_on_samples
 
 SHARED_MEMORY_DIR = "/dev/shm"
 

@@ -19,10 +19,13 @@ import contextlib
 import logging
 import math
 import time
+from typing import cast
 
 from sampleforge.checkpoint.experiment_dir import lock_experiment, prepare_experiment
 from sampleforge.checkpoint.serial_snapshot import (
     SNAPSHOT_FILENAME,
+    Snapshotable,
+    SystemState,
     bind_snapshot,
     restore_snapshot,
     save_snapshot,
@@ -49,7 +52,7 @@ from sampleforge.components.wiring import Wiring, check_run_fits, wire
 from sampleforge.config import Config, ConfigError, validate_config
 from sampleforge.envs.registry import env_info, resolve_env
 from sampleforge.evaluation.schedule import TrainingEvaluation
-from sampleforge.models.factory import check_model_fits_env, make_actor_critic, resolve_device
+from sampleforge.models.factory import check_model_fits_env, make_policy_model, resolve_device
 from sampleforge.pbt.coordinator import PopulationCoordinator
 from sampleforge.telemetry import MetricsWriter, ProgressBar, RunSummary, write_summary
 from sampleforge.telemetry.run_progress import RunProgress
@@ -383,7 +386,7 @@ class Runner:
         checkpoints are written (queued behind `LoadWeights`, they acknowledge it)."""
         if not self.started:
             self.start()
-        model = make_actor_critic(self.cfg, self.env.observation_space, self.env.action_space)
+        model = make_policy_model(self.cfg, self.env.observation_space, self.env.action_space)
         for policy_id, state_dict in state_dicts.items():
             model.load_state_dict(state_dict)
             self.wiring.send_weights_to_learner(policy_id, model)
@@ -409,15 +412,24 @@ class Runner:
     # --- exact resume in serial mode (checkpoint/serial_snapshot.py) -----------------------------
     def _save_serial_snapshot(self) -> bool:
         path, counters = self.exp.path / SNAPSHOT_FILENAME, self.progress.counters()
-        return save_snapshot(path, self.cfg, counters, self.wiring, self.host)
+        return save_snapshot(path, self.cfg, counters, self._system_state())
 
     def _restore_serial_snapshot(self) -> None:
         path = self.exp.path / SNAPSHOT_FILENAME
         state = take_snapshot(path, self.cfg, self._resumed_from) if self.resume else None
         if state is None:
             return
-        self.progress.restore_counters(restore_snapshot(state, self.wiring, self.host))
+        self.progress.restore_counters(restore_snapshot(state, self._system_state()))
         log.info("exact resume: every component continues from where the last run stopped")
+
+    def _system_state(self) -> SystemState:
+        assert isinstance(self.host, InlineHost), "serial mode runs its components inline"
+        return SystemState(
+            # Every component a serial run hosts has snapshot_state/restore_state.
+            components=cast(dict[str, Snapshotable], self.host.components),
+            queues=self.wiring.queues(),
+            tensors=self.wiring.shared_tensors(),
+        )
 
     # --- reporting ------------------------------------------------------------------------------
     def _report_status(self, bar, target: int) -> None:

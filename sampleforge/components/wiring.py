@@ -50,7 +50,7 @@ from sampleforge.config import Config
 from sampleforge.envs.policy_mapping import PolicyMapping
 from sampleforge.envs.registry import EnvInfo, EnvSpec
 from sampleforge.evaluation.schedule import evaluation_dir
-from sampleforge.models.factory import make_actor_critic
+from sampleforge.models.factory import make_policy_model
 from sampleforge.spaces import action_spec, observation_specs
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,36 @@ class Wiring:
             }
         )
         return queues
+
+    def shared_tensors(self) -> dict[str, torch.Tensor]:
+        """Every shared tensor of the run by name: the trajectory buffer, the sampler ledger
+        and each policy's published weights (what a serial-mode snapshot captures)."""
+        tensors = {f"buffer.{k}": t for k, t in self.buffer.fields().items()}
+        ledger = self.ledger
+        tensors.update(
+            {
+                "ledger.slot_owners": ledger.slot_owners,
+                "ledger.slot_readers": ledger.slot_readers,
+                "ledger.generations": ledger.generations,
+            }
+        )
+        for p, weights in self.weights.items():
+            tensors.update(
+                {
+                    f"weights{p}.flat": weights.flat,
+                    f"weights{p}.exact": weights.exact,
+                    f"weights{p}.header": weights.header,
+                }
+            )
+        return tensors
+
+    def send_to_learner(self, policy_id: int, messages: list) -> None:
+        """Queue commands for a trained policy's learner."""
+        send_many(self.learner_inboxes[policy_id], messages)
+
+    def send_to_rollout_worker(self, worker: int, messages: list) -> None:
+        """Queue commands for the current generation of a rollout worker."""
+        send_many(self.rollout_inbox(worker), messages)
 
     def release_locks_held_by(self, name: str, pid: int) -> None:
         """Component `name` (process `pid`) ended: a queue lock it held would block everyone
@@ -163,7 +193,7 @@ def trajectory_layout(cfg: Config, env: EnvInfo, rnn_state_size: int) -> Traject
 def check_run_fits(cfg: Config, env: EnvInfo, device: torch.device) -> None:
     """ConfigError if the buffers `wire` would allocate cannot fit in this machine's memory;
     called before the experiment folder is touched, so a refused run leaves nothing behind."""
-    probe = make_actor_critic(cfg, env.observation_space, env.action_space)
+    probe = make_policy_model(cfg, env.observation_space, env.action_space)
     check_memory(cfg, trajectory_layout(cfg, env, probe.rnn_state_size), model_numel(probe), device)
 
 
@@ -176,7 +206,7 @@ def wire(
     resume: bool,
 ) -> Wiring:
     """Allocate buffers and queues and describe every component of the run."""
-    probe = make_actor_critic(cfg, env.observation_space, env.action_space)
+    probe = make_policy_model(cfg, env.observation_space, env.action_space)
     layout = trajectory_layout(cfg, env, probe.rnn_state_size)
     trained = range(cfg.num_policies)
     acting = range(cfg.num_policies + cfg.num_frozen_opponents)
@@ -259,7 +289,7 @@ def _inference_spec(
         rollout_inboxes=wiring.rollout_inboxes,
         report_queue=wiring.report_queue,
     )
-    factory = functools.partial(make_actor_critic, cfg, env.observation_space, env.action_space)
+    factory = functools.partial(make_policy_model, cfg, env.observation_space, env.action_space)
     return ComponentSpec(
         f"inference_worker_p{p}_{i}",
         InferenceWorker,

@@ -20,8 +20,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Optional
 
+from sampleforge.config.algorithms import AlgorithmName
+
 DeviceName = Literal["auto", "cpu", "cuda"]
-AlgorithmName = Literal["appo", "impala", "a3c"]
 RnnType = Literal["none", "gru", "lstm"]
 # Any encoder registered with sampleforge.models.registry, or module:name. The model factory
 # checks the name (config cannot import models; see tests/test_layers.py).

@@ -19,7 +19,7 @@ import torch
 
 from sampleforge.config import Config
 from sampleforge.models.actor_critic import ActorCritic
-from sampleforge.models.factory import make_actor_critic
+from sampleforge.models.factory import make_policy_model
 from sampleforge.spaces import actions_to_env, observation_array, observation_to_dict
 
 
@@ -45,7 +45,7 @@ class LocalPolicy:
         device: torch.device | str = "cpu",
     ) -> "LocalPolicy":
         """The network `cfg` describes, with `state_dict` loaded if given."""
-        model = make_actor_critic(cfg, observation_space, action_space)
+        model = make_policy_model(cfg, observation_space, action_space)
         if state_dict is not None:
             model.load_state_dict(state_dict)
         return cls(

@@ -7,10 +7,13 @@ setting names any encoder of ``models/registry.py``: a user's own ``nn.Module`` 
 
 from __future__ import annotations
 
+from typing import Callable
+
 import gymnasium as gym
 import torch
 
 from sampleforge.config import Config, ConfigError
+from sampleforge.config.algorithms import algorithm_family
 from sampleforge.models.actor_critic import ActorCritic
 from sampleforge.models.registry import check_encoder_sendable
 
@@ -48,13 +51,27 @@ def make_actor_critic(
     )
 
 
+# family (config/algorithms.py) -> the network its policies act and learn with
+MODEL_FAMILIES: dict[str, Callable[[Config, gym.Space, gym.Space], ActorCritic]] = {
+    "actor_critic": make_actor_critic,
+}
+
+
+def make_policy_model(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space
+) -> ActorCritic:
+    """The network of `cfg.algorithm`'s family, for these spaces: what inference, evaluation,
+    export and the learner build (the one place that asks which family runs)."""
+    return MODEL_FAMILIES[algorithm_family(cfg.algorithm)](cfg, observation_space, action_space)
+
+
 def check_model_fits_env(cfg: Config, env) -> None:
     """Build the model once before any process starts: an unknown encoder, or a model setting
     that cannot work with the env's spaces (e.g. a conv encoder on vector observations), is a
     config error; so is a registered encoder that worker processes could not receive, or the
     symmetric_kl exploration loss on Box actions."""
     try:
-        make_actor_critic(cfg, env.observation_space, env.action_space)
+        make_policy_model(cfg, env.observation_space, env.action_space)
     except ConfigError:
         raise  # an unknown encoder: its own one-line message
     except (ValueError, TypeError) as e:

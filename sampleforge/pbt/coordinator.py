@@ -25,6 +25,7 @@ import logging
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -37,7 +38,6 @@ from sampleforge.comms.messages import (
     SetRewardShaping,
     TrainingReport,
 )
-from sampleforge.comms.queues import send_many
 from sampleforge.config import Config
 from sampleforge.pbt import (
     HISTORY_FILENAME,
@@ -55,19 +55,27 @@ SHAPING_PREFIX = "shaping."
 LEARNER_HYPERPARAMETERS = ("learning_rate", "entropy_coeff", "adam_beta1")
 
 
+class CommandChannels(Protocol):
+    """Where the coordinator's commands go: the runner's wiring provides them."""
+
+    def send_to_learner(self, policy_id: int, messages: list) -> None: ...
+
+    def send_to_rollout_worker(self, worker: int, messages: list) -> None: ...
+
+
 class PopulationCoordinator:
     """Statistics and population decisions for the runner; see the module docstring."""
 
     def __init__(
         self,
         cfg: Config,
-        wiring,
+        channels: CommandChannels,
         experiment_path: Path,
         reward_shaping: dict[str, float],
         resume: bool,
     ):
         self.cfg = cfg
-        self.wiring = wiring
+        self.channels = channels
         self.path = experiment_path
         self.returns = {p: EpisodeStatsWindow(100) for p in range(cfg.num_policies)}
         self.wins: dict[int, deque[float]] = {p: deque(maxlen=100) for p in range(cfg.num_policies)}
@@ -163,7 +171,7 @@ class PopulationCoordinator:
     def _refresh_snapshot(self) -> None:
         frozen = self.cfg.num_policies + self._snapshots % self.cfg.num_frozen_opponents
         source = int(self._rng.integers(self.cfg.num_policies))
-        send_many(self.wiring.learner_inboxes[source], [PublishSnapshot(frozen)])
+        self.channels.send_to_learner(source, [PublishSnapshot(frozen)])
         self._snapshots += 1
 
     # --- PBT ------------------------------------------------------------------------------------
@@ -205,9 +213,7 @@ class PopulationCoordinator:
         touched = []
         for event in events:
             if event.kind == "replace" and event.source_policy is not None:
-                send_many(
-                    self.wiring.learner_inboxes[event.policy], [CopyPolicy(event.source_policy)]
-                )
+                self.channels.send_to_learner(event.policy, [CopyPolicy(event.source_policy)])
             touched.append(event.policy)
         self._apply_hyperparameters(sorted(set(touched)))
 
@@ -216,7 +222,7 @@ class PopulationCoordinator:
         for p in policies:
             values = self.pbt.hyperparameters(p)
             learner = {k: v for k, v in values.items() if k in LEARNER_HYPERPARAMETERS}
-            send_many(self.wiring.learner_inboxes[p], [SetHyperparameters(learner)])
+            self.channels.send_to_learner(p, [SetHyperparameters(learner)])
             shaping = {
                 k.removeprefix(SHAPING_PREFIX): v
                 for k, v in values.items()
@@ -224,7 +230,7 @@ class PopulationCoordinator:
             }
             if shaping:
                 for w in range(self.cfg.num_workers):
-                    send_many(self.wiring.rollout_inbox(w), [SetRewardShaping(p, shaping)])
+                    self.channels.send_to_rollout_worker(w, [SetRewardShaping(p, shaping)])
 
     def save(self) -> None:
         """Write the PBT state next to the checkpoints (atomically)."""

@@ -308,7 +308,7 @@ def train_on_probe(
     from sampleforge.components.runner import Runner  # the probes themselves need no runner
     from sampleforge.config import make_config
     from sampleforge.evaluation.policy_files import load_saved_policy
-    from sampleforge.models.factory import make_actor_critic
+    from sampleforge.models.factory import make_policy_model
 
     cfg = make_config(
         env=env,
@@ -319,6 +319,6 @@ def train_on_probe(
     with Runner(cfg) as runner:
         runner.train()
     saved = load_saved_policy(f"{train_dir}/{env}")
-    model = make_actor_critic(saved.cfg, probe.observation_space, probe.action_space)
+    model = make_policy_model(saved.cfg, probe.observation_space, probe.action_space)
     model.load_state_dict(saved.state_dicts[0])
     return model

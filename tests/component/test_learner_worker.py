@@ -24,11 +24,11 @@ from sampleforge.comms.messages import (
     TrajectoryReady,
 )
 from sampleforge.comms.queues import make_queue, receive, send_many
-from sampleforge.components.learner import NonFiniteTrainingError
 from sampleforge.components.learner_worker import LearnerEndpoints, LearnerWorker
 from sampleforge.components.wiring import trajectory_layout
 from sampleforge.config import make_config
 from sampleforge.envs.registry import env_info
+from sampleforge.learners.actor_critic import NonFiniteTrainingError
 from sampleforge.models.factory import make_actor_critic
 
 
@@ -95,7 +95,7 @@ class Neighbours:
         return TrajectoryReady(policy_id=0, slot=slot, rows=None, worker=0)
 
     def a_dataset(self) -> list[TrajectoryReady]:
-        slots = self.worker.batcher.dataset_trajectories // self.buffer.layout.rows_per_slot
+        slots = self.worker.stager.dataset_trajectories // self.buffer.layout.rows_per_slot
         return [self.finished_slot() for _ in range(slots)]
 
     def run(self, messages: list, polls: int = 3) -> list:

@@ -13,8 +13,8 @@ import csv
 import pytest
 
 from sampleforge.components.runner import Runner
-from sampleforge.components.sampling_gate import measured_lead_bound
 from sampleforge.config import make_config
+from sampleforge.learners.sampling_gate import measured_lead_bound
 
 pytestmark = (
     pytest.mark.exclusive

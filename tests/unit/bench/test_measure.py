@@ -60,14 +60,14 @@ def test_costs_say_where_the_model_was_measured():
 @pytest.mark.gpu
 def test_model_costs_are_measured_on_the_training_gpu(monkeypatch):
     seen = []
-    original = measure.Learner
+    original = measure.ActorCriticLearner
 
     def learner(*args, **kwargs):
         made = original(*args, **kwargs)
         seen.append(next(made.model.parameters()).device.type)
         return made
 
-    monkeypatch.setattr(measure, "Learner", learner)
+    monkeypatch.setattr(measure, "ActorCriticLearner", learner)
     cfg = make_config(env="CartPole-v1", device="cuda")
     costs = measure.compute_costs(cfg, 32, seconds=0.5, rounds=1)
     assert costs.device.startswith("cuda") and seen == ["cuda"]

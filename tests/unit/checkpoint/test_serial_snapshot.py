@@ -8,7 +8,6 @@ import errno
 import json
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -17,13 +16,13 @@ from sampleforge.checkpoint.serial_snapshot import (
     FORMAT_VERSION,
     SIDECAR_SUFFIX,
     SNAPSHOT_FILENAME,
+    SystemState,
     bind_snapshot,
     config_hash,
     save_snapshot,
     take_snapshot,
 )
 from sampleforge.checkpoint.store import sha256_file
-from sampleforge.comms.hosts import InlineHost
 from sampleforge.config import make_config
 
 MARKER_ENV = "SAMPLEFORGE_TEST_UNPICKLED"
@@ -163,16 +162,8 @@ def test_save_snapshot_on_a_full_disk_leaves_nothing_half_written(tmp_path, monk
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    no_tensors = torch.zeros(1)
-    wiring = SimpleNamespace(
-        queues=dict,
-        buffer=SimpleNamespace(fields=dict),
-        ledger=SimpleNamespace(
-            slot_owners=no_tensors, slot_readers=no_tensors, generations=no_tensors
-        ),
-        weights={},
-    )
-    assert save_snapshot(path, cfg, {}, wiring, InlineHost(None)) is False
+    nothing = SystemState(components={}, queues={}, tensors={"t": torch.zeros(1)})
+    assert save_snapshot(path, cfg, {}, nothing) is False
     # Neither a temporary file nor the older snapshot (it continues an older checkpoint).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoints"]
 

@@ -9,12 +9,12 @@ import torch
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.components import memory_estimate, wiring
-from sampleforge.components.batcher import Batcher, Dataset, Samples
-from sampleforge.components.learner import Learner
 from sampleforge.components.memory_estimate import check_memory, estimate_memory
 from sampleforge.components.runner import Runner
 from sampleforge.config import ConfigError, make_config
 from sampleforge.envs.registry import env_info
+from sampleforge.learners.actor_critic import ActorCriticLearner
+from sampleforge.learners.batcher import Batcher, Dataset, Samples
 from sampleforge.models.factory import make_actor_critic
 
 CPU = torch.device("cpu")
@@ -57,7 +57,7 @@ def test_the_estimate_counts_the_bytes_the_buffers_and_the_learner_allocate(over
     staging = sum(t.nbytes for t in batcher._staging.values())
     for tensor in batcher._staging.values():
         tensor.zero_()  # valid actions and versions instead of the poison
-    learner = Learner(cfg, env.observation_space, env.action_space, CPU)
+    learner = ActorCriticLearner(cfg, env.observation_space, env.action_space, CPU)
     data = batcher.take()
     if learner.trains_on_samples:
         samples = learner._prepare_samples(data)

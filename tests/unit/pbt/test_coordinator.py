@@ -15,28 +15,33 @@ from sampleforge.comms.messages import (
     SetRewardShaping,
     TrainingReport,
 )
-from sampleforge.comms.queues import make_queue, receive
 from sampleforge.config import make_config
 from sampleforge.pbt import HISTORY_FILENAME, PbtHistory
 from sampleforge.pbt.coordinator import PBT_STATE_FILENAME, PopulationCoordinator
 
 
 @dataclass
-class FakeWiring:
+class FakeChannels:
+    """The commands the coordinator sends, kept in order instead of queued."""
+
     num_policies: int
     num_workers: int = 1
-    learner_inboxes: dict = field(default_factory=dict)
-    inboxes: list = field(default_factory=list)
+    learners: dict = field(default_factory=dict)
+    workers: list = field(default_factory=list)
 
     def __post_init__(self):
-        self.learner_inboxes = {p: make_queue(1 << 16) for p in range(self.num_policies)}
-        self.inboxes = [make_queue(1 << 16) for _ in range(self.num_workers)]
+        self.learners = {p: [] for p in range(self.num_policies)}
+        self.workers = [[] for _ in range(self.num_workers)]
 
-    def rollout_inbox(self, worker):
-        return self.inboxes[worker]
+    def send_to_learner(self, policy_id: int, messages: list) -> None:
+        self.learners[policy_id].extend(messages)
+
+    def send_to_rollout_worker(self, worker: int, messages: list) -> None:
+        self.workers[worker].extend(messages)
 
     def drain(self) -> dict[int, list]:
-        return {p: receive(q, 0.05) for p, q in self.learner_inboxes.items()}
+        sent, self.learners = self.learners, {p: [] for p in range(self.num_policies)}
+        return sent
 
 
 def _population(tmp_path, resume=False, **overrides):
@@ -48,7 +53,7 @@ def _population(tmp_path, resume=False, **overrides):
         pbt_mutation_probability=1.0,
         **overrides,
     )
-    wiring = FakeWiring(cfg.num_policies, cfg.num_workers)
+    wiring = FakeChannels(cfg.num_policies, cfg.num_workers)
     return PopulationCoordinator(cfg, wiring, tmp_path, {"hit": 0.1}, resume=resume), wiring
 
 
@@ -76,8 +81,7 @@ def test_a_pbt_round_copies_the_worst_from_the_best_and_sends_new_hyperparameter
         }
         assert update.values["learning_rate"] != pytest.approx(1e-3)
     assert not sent[3]  # the best policy is left alone
-    for worker in range(len(wiring.inboxes)):
-        shaping = receive(wiring.rollout_inbox(worker), 0.05)
+    for shaping in wiring.workers:
         assert {m.policy_id for m in shaping} == {0, 1}
         assert all(
             isinstance(m, SetRewardShaping) and set(m.coefficients) == {"hit"} for m in shaping
@@ -110,7 +114,7 @@ def test_win_rate_is_the_objective_when_the_env_reports_outcomes(tmp_path):
 
 def test_frozen_snapshots_rotate_round_robin(tmp_path):
     cfg = make_config(num_policies=2, num_frozen_opponents=2, snapshot_every_env_steps=100, seed=0)
-    wiring = FakeWiring(2, cfg.num_workers)
+    wiring = FakeChannels(2, cfg.num_workers)
     population = PopulationCoordinator(cfg, wiring, tmp_path, {}, resume=False)
     published = []
     for steps in (50, 100, 150, 210, 320):

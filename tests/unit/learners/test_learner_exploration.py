@@ -4,8 +4,8 @@ import gymnasium as gym
 import pytest
 import torch
 
-from sampleforge.components.learner import Learner
 from sampleforge.config import make_config
+from sampleforge.learners.actor_critic import ActorCriticLearner
 
 OBS = gym.spaces.Box(-1, 1, (4,))
 ACT = gym.spaces.Discrete(2)
@@ -25,7 +25,7 @@ def test_the_total_holds_the_symmetric_kl_of_the_learners_policy(
         exploration_loss="symmetric_kl",
         entropy_coeff=0.5,
     )
-    learner = Learner(cfg, OBS, ACT, torch.device("cpu"))
+    learner = ActorCriticLearner(cfg, OBS, ACT, torch.device("cpu"))
     assert learner.trains_on_samples == (not with_vtrace)
     with torch.no_grad():  # a nearly deterministic policy: KL to uniform about 3, entropy about 0
         learner.model.action_head.linear.bias.copy_(torch.tensor([6.0, -6.0]))

@@ -3,8 +3,8 @@
 import dataclasses
 
 from sampleforge.algo.actor_critic_loss import LossSettings
-from sampleforge.components.learner import loss_settings
 from sampleforge.config import make_config
+from sampleforge.learners.actor_critic import loss_settings
 
 
 def test_every_loss_setting_is_read_from_the_config() -> None:

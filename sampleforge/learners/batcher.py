@@ -65,7 +65,7 @@ class Dataset:
 @dataclass
 class Samples:
     """Single steps of a dataset with their GAE advantages and value targets, for minibatches
-    drawn across trajectories (`Learner.trains_on_samples`). Every tensor is [N, ...]."""
+    drawn across trajectories (`ActorCriticLearner.trains_on_samples`). Every tensor is [N, ...]."""
 
     obs: dict[str, torch.Tensor]
     actions: torch.Tensor

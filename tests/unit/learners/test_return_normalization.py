@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
-from sampleforge.components.batcher import Dataset
-from sampleforge.components.learner import Learner
 from sampleforge.config import make_config
+from sampleforge.learners.actor_critic import ActorCriticLearner
+from sampleforge.learners.batcher import Dataset
 from sampleforge.models.actor_critic import RETURNS_NORMALIZER_CLIP, ActorCritic
 from sampleforge.models.factory import MODEL_SETTINGS, make_actor_critic
 
@@ -24,7 +24,7 @@ ACT = gym.spaces.Discrete(2)
 T, B = 8, 4
 
 
-def _learner(seed: int = 0, **overrides) -> Learner:
+def _learner(seed: int = 0, **overrides) -> ActorCriticLearner:
     settings = dict(
         rollout=T,
         batch_size=T * B,
@@ -35,7 +35,7 @@ def _learner(seed: int = 0, **overrides) -> Learner:
     )
     settings.update(overrides)
     torch.manual_seed(seed)
-    return Learner(make_config(**settings), OBS, ACT, torch.device("cpu"))
+    return ActorCriticLearner(make_config(**settings), OBS, ACT, torch.device("cpu"))
 
 
 def _dataset(scale: float = 1.0) -> Dataset:
@@ -56,13 +56,13 @@ def _dataset(scale: float = 1.0) -> Dataset:
     )
 
 
-def _prime(learner: Learner, scale: float) -> None:
+def _prime(learner: ActorCriticLearner, scale: float) -> None:
     """Statistics as after training on returns of this scale (mean 6, std 3 at scale 1)."""
     g = torch.Generator().manual_seed(1)
     learner.model.returns_normalizer.update((6.0 + 3.0 * torch.randn(1000, generator=g)) * scale)
 
 
-def _train_once(learner: Learner, data: Dataset) -> dict[str, float]:
+def _train_once(learner: ActorCriticLearner, data: Dataset) -> dict[str, float]:
     torch.manual_seed(123)  # the same minibatch order for every learner
     return learner.train(data, lambda: None)
 

@@ -1,4 +1,4 @@
-"""Learner: the algorithm half of a policy's training (the process shell is `learner_worker.py`).
+"""ActorCriticLearner: the algorithm half of a policy's training (the process shell is `learner_worker.py`).
 
 Given a time-major dataset of trajectories it runs `num_epochs` passes of minibatch SGD on the
 actor-critic loss (APPO, IMPALA or A3C, see `sampleforge.algo.actor_critic_loss`). Minibatches
@@ -31,9 +31,9 @@ from sampleforge.algo.actor_critic_loss import (
     loss_from_advantages,
 )
 from sampleforge.buffers.step_validity import trainable
-from sampleforge.components.batcher import Dataset, Samples
-from sampleforge.components.step_undo import StepUndo
 from sampleforge.config import Config
+from sampleforge.learners.batcher import Dataset, Samples
+from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.factory import make_actor_critic
 
 
@@ -81,7 +81,7 @@ class NonFiniteTrainingError(RuntimeError):
     """Training kept producing non-finite losses, gradients or parameters."""
 
 
-class Learner:
+class ActorCriticLearner:
     """Model, optimizer and SGD for one policy; see the module docstring."""
 
     def __init__(

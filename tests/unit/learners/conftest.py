@@ -1,11 +1,11 @@
-"""Shared fixtures of the component unit tests."""
+"""Shared fixtures of the learner unit tests."""
 
 from collections.abc import Callable
 
 import pytest
 import torch
 
-from sampleforge.components.batcher import Dataset
+from sampleforge.learners.batcher import Dataset
 
 
 @pytest.fixture

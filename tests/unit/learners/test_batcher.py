@@ -1,4 +1,4 @@
-"""Unit tests for the Batcher: finished slots -> time-major datasets (components/batcher.py)."""
+"""Unit tests for the Batcher: finished slots -> time-major datasets (learners/batcher.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
 from sampleforge.comms.messages import TrajectoryReady
 from sampleforge.comms.queues import make_queue, receive
-from sampleforge.components.batcher import Batcher, Dataset
+from sampleforge.learners.batcher import Batcher, Dataset
 from sampleforge.spaces import TensorSpec
 
 T = 4

@@ -1,4 +1,4 @@
-"""Back-pressure (components/sampling_gate.py): how many slots rollout workers may fill for a
+"""Back-pressure (learners/sampling_gate.py): how many slots rollout workers may fill for a
 learner, and how the gate measures its lead."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sampleforge.buffers.sampler_ledger import SamplerLedger
-from sampleforge.components import sampling_gate
-from sampleforge.components.sampling_gate import SamplingGate
+from sampleforge.learners import sampling_gate
+from sampleforge.learners.sampling_gate import SamplingGate
 
 ROWS = 8  # trajectories per slot
 DATASET = 16  # trajectories per dataset: two slots

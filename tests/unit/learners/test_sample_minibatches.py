@@ -9,16 +9,16 @@ import gymnasium as gym
 import pytest
 import torch
 
-from sampleforge.components.batcher import Dataset
-from sampleforge.components.learner import Learner
 from sampleforge.config import make_config
+from sampleforge.learners.actor_critic import ActorCriticLearner
+from sampleforge.learners.batcher import Dataset
 
 OBS = gym.spaces.Box(-1, 1, (4,))
 ACT = gym.spaces.Discrete(3)
 T, B = 8, 6
 
 
-def _learner(**overrides) -> Learner:
+def _learner(**overrides) -> ActorCriticLearner:
     settings = dict(
         rollout=T,
         batch_size=T * B,
@@ -30,7 +30,7 @@ def _learner(**overrides) -> Learner:
     )
     settings.update(overrides)
     torch.manual_seed(0)
-    return Learner(make_config(**settings), OBS, ACT, torch.device("cpu"))
+    return ActorCriticLearner(make_config(**settings), OBS, ACT, torch.device("cpu"))
 
 
 def _dataset() -> Dataset:

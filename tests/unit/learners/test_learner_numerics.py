@@ -6,19 +6,19 @@ import gymnasium as gym
 import pytest
 import torch
 
-from sampleforge.components.learner import Learner, NonFiniteTrainingError
 from sampleforge.config import make_config
+from sampleforge.learners.actor_critic import ActorCriticLearner, NonFiniteTrainingError
 
 OBS = gym.spaces.Box(-1, 1, (4,))
 ACT = gym.spaces.Discrete(2)
 
 
-def _learner(**overrides) -> Learner:
+def _learner(**overrides) -> ActorCriticLearner:
     cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=1, **overrides)
-    return Learner(cfg, OBS, ACT, torch.device("cpu"))
+    return ActorCriticLearner(cfg, OBS, ACT, torch.device("cpu"))
 
 
-def _state(learner: Learner) -> dict:
+def _state(learner: ActorCriticLearner) -> dict:
     return copy.deepcopy(
         {"model": learner.model.state_dict(), "optimizer": learner.optimizer.state_dict()}
     )
@@ -86,7 +86,7 @@ def test_the_check_before_a_checkpoint_refuses_a_non_finite_parameter():
 
 
 def test_checkpoint_of_another_model_gives_a_clear_error():
-    other = Learner(make_config(mlp_hidden_sizes=(8,)), OBS, ACT, torch.device("cpu"))
+    other = ActorCriticLearner(make_config(mlp_hidden_sizes=(8,)), OBS, ACT, torch.device("cpu"))
     with pytest.raises(ValueError, match="does not fit this model"):
         _learner().load_state_dict(other.state_dict())
 
@@ -95,8 +95,8 @@ def test_checkpoint_of_another_model_gives_a_clear_error():
 def test_sgd_steps_on_cuda_match_the_same_steps_on_the_cpu(make_dataset):
     cfg = make_config(rollout=8, batch_size=32, num_batches_per_epoch=1, num_epochs=2)
     torch.manual_seed(0)
-    on_cpu = Learner(cfg, OBS, ACT, torch.device("cpu"))
-    on_cuda = Learner(cfg, OBS, ACT, torch.device("cuda"))
+    on_cpu = ActorCriticLearner(cfg, OBS, ACT, torch.device("cpu"))
+    on_cuda = ActorCriticLearner(cfg, OBS, ACT, torch.device("cuda"))
     on_cuda.load_state_dict(on_cpu.state_dict())
     data = make_dataset(reward=1.0)
     stats_cpu = on_cpu.train(data, lambda: None)
