@@ -34,7 +34,7 @@ from sampleforge.comms.messages import (
 )
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.config.ranges import inference_seed
-from sampleforge.models.actor_critic import ActorCritic
+from sampleforge.models.policy import Policy
 
 REPORT_EVERY_SEC = 1.0
 
@@ -61,7 +61,7 @@ class InferenceWorker:
         policy_id: int,
         index: int,
         endpoints: InferenceEndpoints,
-        model_factory: Callable[[], ActorCritic],
+        model_factory: Callable[[], Policy],
         device: torch.device,
         seed: int | None = None,
         sole_policy: bool = False,

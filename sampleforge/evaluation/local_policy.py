@@ -1,6 +1,6 @@
 """A policy running in the caller's process: env observations in, env actions out.
 
-Responsibility: wrap an `ActorCritic` (a local copy of a policy's weights, on the CPU by
+Responsibility: wrap a `Policy` (models/policy.py: a local copy of a policy's weights, on the CPU by
 default) so that raw Gymnasium observations, one or a batch, become actions in the form
 ``env.step`` expects, carrying the recurrent state between calls. Used by the Python API's
 ``predict`` and ``evaluate``, the evaluation process, ``sampleforge enjoy`` and ``eval``.
@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from sampleforge.config import Config
-from sampleforge.models.actor_critic import ActorCritic
 from sampleforge.models.factory import make_policy_model
+from sampleforge.models.policy import Policy
 from sampleforge.spaces import actions_to_env, observation_array, observation_to_dict
 
 
@@ -27,7 +27,7 @@ class LocalPolicy:
     """A policy network in this process, with the spaces it acts in."""
 
     def __init__(
-        self, *, model: ActorCritic, observation_space: gym.Space, action_space: gym.Space
+        self, *, model: Policy, observation_space: gym.Space, action_space: gym.Space
     ) -> None:
         self.model = model.eval()
         self.observation_space = observation_space

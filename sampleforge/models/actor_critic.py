@@ -15,7 +15,7 @@ Recurrent state layout: one flat float tensor per env, ``[B, rnn_state_size]``. 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import NamedTuple, cast
 
 import gymnasium as gym
@@ -32,6 +32,7 @@ from sampleforge.models.cores import Core, make_core
 from sampleforge.models.encoders import Encoder, make_encoder
 from sampleforge.models.init_schemes import apply_init_scheme, orthogonal_init
 from sampleforge.models.normalizer import RunningMeanStd
+from sampleforge.models.policy import ActOutput, ObsDict, Policy
 
 VALUE_HEAD_GAIN = 1.0
 
@@ -47,17 +48,6 @@ RETURNS_NORMALIZER_CLIP = 10.0
 # Rows of a dataset merged into the pixel statistics (normalize_pixels).
 PIXEL_STATISTICS_SAMPLES = 256
 
-ObsDict = Mapping[str, torch.Tensor]
-
-
-class ActOutput(NamedTuple):
-    """Result of ``ActorCritic.act`` for B envs."""
-
-    actions: torch.Tensor  # [B, A], dtype per spaces.action_spec
-    log_probs: torch.Tensor  # [B]
-    values: torch.Tensor  # [B], in reward units (de-normalised under normalize_returns)
-    new_rnn_states: torch.Tensor  # [B, S]
-
 
 class EvaluateOutput(NamedTuple):
     """Result of ``ActorCritic.evaluate`` for a [T, B] trajectory batch."""
@@ -71,7 +61,7 @@ class EvaluateOutput(NamedTuple):
     # distribution (categorical actions only; None for Box actions)
 
 
-class ActorCritic(nn.Module):
+class ActorCritic(Policy):
     """Actor-critic for one (observation space, action space) pair.
 
     Attributes: ``obs_specs`` (dict key -> TensorSpec), ``action_spec`` (TensorSpec of one

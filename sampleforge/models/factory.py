@@ -15,6 +15,7 @@ import torch
 from sampleforge.config import Config, ConfigError
 from sampleforge.config.algorithms import algorithm_family
 from sampleforge.models.actor_critic import ActorCritic
+from sampleforge.models.policy import Policy
 from sampleforge.models.registry import check_encoder_sendable
 
 # Settings that change the network's parameter layout: a checkpoint is only valid for these.
@@ -52,14 +53,14 @@ def make_actor_critic(
 
 
 # family (config/algorithms.py) -> the network its policies act and learn with
-MODEL_FAMILIES: dict[str, Callable[[Config, gym.Space, gym.Space], ActorCritic]] = {
+MODEL_FAMILIES: dict[str, Callable[[Config, gym.Space, gym.Space], Policy]] = {
     "actor_critic": make_actor_critic,
 }
 
 
 def make_policy_model(
     cfg: Config, observation_space: gym.Space, action_space: gym.Space
-) -> ActorCritic:
+) -> Policy:
     """The network of `cfg.algorithm`'s family, for these spaces: what inference, evaluation,
     export and the learner build (the one place that asks which family runs)."""
     return MODEL_FAMILIES[algorithm_family(cfg.algorithm)](cfg, observation_space, action_space)
