@@ -1,0 +1,125 @@
+"""The sizes of a transition replay: which observation keys are stored as frames, how many
+slots each stream's rings get, and the memory a replay of a given capacity needs.
+
+Responsible for: the one layout that ``replay.ReplayBuffer`` allocates and that
+``estimate_replay_bytes`` prices, so that a caller can refuse a replay that cannot fit before
+anything is allocated or any process starts.
+
+Must not: allocate the replay, or know what is stored in it beyond sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from sampleforge.spaces import TensorSpec
+
+# A stack of more frames than this is taken as an image with channels, not a frame stack.
+MAX_FRAME_STACK = 16
+# Bytes a compressed frame costs beyond its LZ4 payload: a Python bytes object's header (33
+# bytes, rounded up by the allocator) plus its pointer in the ring's list.
+BLOB_OVERHEAD_BYTES = 56
+# Default for estimate_replay_bytes: the mean LZ4-compressed size of an 84x84 Atari frame
+# (keyframes and differences together) measured 173 bytes on random-play Pong and 145 on
+# Breakout (benchmarks/replay_bench.py); this is about 3x that, since busier screens compress
+# worse. A caller that knows its game should state its own figure.
+DEFAULT_COMPRESSED_BYTES_PER_FRAME = 512
+
+
+def frame_keys_of(obs_specs: dict[str, TensorSpec]) -> list[str]:
+    """The observation keys stored as frames: uint8 ``[stack, H, W]`` with 1 < stack <= 16,
+    or uint8 ``[H, W]``."""
+    keys = []
+    for key, spec in obs_specs.items():
+        if spec.dtype != torch.uint8:
+            continue
+        stacked = len(spec.shape) == 3 and 1 < spec.shape[0] <= MAX_FRAME_STACK
+        if stacked or len(spec.shape) == 2:
+            keys.append(key)
+    return keys
+
+
+@dataclass(frozen=True)
+class ReplayLayout:
+    """The sizes every allocation of a replay follows (shared by the replay and the estimate)."""
+
+    num_streams: int
+    slots_per_stream: int
+    frames_per_stream: int
+    keyframe_interval: int
+
+    @staticmethod
+    def of(
+        capacity: int, num_streams: int, n_step: int, keyframe_interval: int, max_stack: int
+    ) -> ReplayLayout:
+        if num_streams < 1:
+            raise ValueError(f"num_streams must be >= 1, got {num_streams}")
+        slots = capacity // num_streams
+        if slots < n_step + 2:
+            raise ValueError(
+                f"capacity {capacity} gives {slots} transitions per stream for {num_streams} "
+                f"streams; need at least n_step + 2 = {n_step + 2} per stream"
+            )
+        # A frame per observation, plus the stack of the oldest one, the keyframe its delta
+        # needs and 1/64 spare for episode starts whose stacks share no frames with the last.
+        frames = slots + max_stack + keyframe_interval + slots // 64
+        return ReplayLayout(num_streams, slots, frames, keyframe_interval)
+
+
+def stack_of(spec: TensorSpec) -> tuple[int, tuple[int, ...]]:
+    """(frames per observation, shape of one frame) of a frame key."""
+    if len(spec.shape) == 2:
+        return 1, tuple(spec.shape)
+    return spec.shape[0], tuple(spec.shape[1:])
+
+
+def estimate_replay_bytes(
+    *,
+    capacity: int,
+    num_streams: int,
+    obs_specs: dict[str, TensorSpec],
+    action_spec: TensorSpec,
+    n_step: int = 1,
+    frame_keys: Sequence[str] | None = None,
+    keyframe_interval: int = 16,
+    compressed_bytes_per_frame: int = DEFAULT_COMPRESSED_BYTES_PER_FRAME,
+) -> int:
+    """The memory a ``ReplayBuffer`` with these settings needs when full, in bytes.
+
+    Exact for everything stored raw (numpy rings, frame ids, the sum tree, the frame stores'
+    indexes); for the compressed frames an upper bound as long as the frames held compress,
+    on average, to at most ``compressed_bytes_per_frame`` (the caller's stated figure for its
+    game; each frame also costs ``BLOB_OVERHEAD_BYTES`` for its Python object, counted here).
+    Every frame slot of every stream is counted as used.
+    """
+    frame_keys = frame_keys_of(obs_specs) if frame_keys is None else list(frame_keys)
+    max_stack = max([stack_of(obs_specs[k])[0] for k in frame_keys], default=1)
+    layout = ReplayLayout.of(capacity, num_streams, n_step, keyframe_interval, max_stack)
+    rows = layout.num_streams * layout.slots_per_stream
+    # action; reward, done, valid, ready; the n-step return, discount and steps
+    per_slot = _spec_bytes(action_spec) + 4 + 1 + 1 + 1 + 4 + 4 + 1
+    total = rows * per_slot + sum_tree_bytes(rows)
+    for key, spec in obs_specs.items():
+        if key not in frame_keys:
+            total += rows * _spec_bytes(spec)
+            continue
+        stack, frame_shape = stack_of(spec)
+        frame_bytes = math.prod(frame_shape)
+        total += rows * stack * 8  # frame ids
+        total += num_streams * (stack * frame_bytes + stack * 8)  # last stack and its ids
+        frames = num_streams * layout.frames_per_stream
+        total += frames * (8 + compressed_bytes_per_frame + BLOB_OVERHEAD_BYTES)
+        total += num_streams * frame_bytes  # each stream's last keyframe, kept raw
+    return total
+
+
+def _spec_bytes(spec: TensorSpec) -> int:
+    return math.prod(spec.shape) * spec.numpy_dtype.itemsize
+
+
+def sum_tree_bytes(capacity: int) -> int:
+    return 2 * (1 << max(0, (capacity - 1).bit_length())) * 8
