@@ -11,10 +11,9 @@ import pytest
 
 from sampleforge.cli.main import main
 
-# The bench measures throughput: alone, its figures mean what they say. The ratios it withholds
-# on a loaded machine are checked with the load pinned (below and tests/unit/bench/test_report.py),
-# since other jobs on the machine are not the suite's to control.
-pytestmark = pytest.mark.exclusive
+# These check what bench prints and writes, not how fast the machine is: the figures need only be
+# finite and positive, and the ratios that bench withholds on a loaded machine are checked with
+# the load pinned (below and tests/unit/bench/test_report.py). So they may share the machine.
 
 SMALL = [
     "--env",
