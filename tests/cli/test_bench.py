@@ -25,9 +25,9 @@ SMALL = [
     "--num_envs_per_worker",
     "8",
     "--warmup",
-    "2",
+    "1",
     "--duration",
-    "5",
+    "2",
 ]
 
 
