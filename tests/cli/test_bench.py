@@ -25,9 +25,9 @@ SMALL = [
     "--num_envs_per_worker",
     "8",
     "--warmup",
-    "1",
-    "--duration",
     "2",
+    "--duration",
+    "5",
 ]
 
 

@@ -126,15 +126,15 @@ def _latest(checkpoints: Path) -> tuple[int, int] | None:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     "signum,exit_code,target",
+    # SIGTERM to the runner alone is the group case from the runner's side: the fork server
+    # and every component lead groups of their own, so only the runner is in its group.
     [
         (signal.SIGINT, 130, "runner"),
-        (signal.SIGTERM, 143, "runner"),
         (signal.SIGTERM, 143, "group"),
         (signal.SIGTERM, 143, "every_process"),
     ],
     ids=[
         "sigint",
-        "sigterm",
         "sigterm_to_the_process_group",
         "sigterm_to_every_process_of_the_session",
     ],
@@ -196,13 +196,14 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigint_at_random_moments(tmp_path):
-    """Five interruptions at random times of the same experiment, start-up included (the
-    suite's time allows no more: each costs a start of the whole system)."""
+    """Three interruptions at random times of the same experiment, start-up included (the
+    suite's time allows no more: each costs a start of the whole system; the moment inside
+    the CLI's imports has its own test, tests/cli/test_early_signals.py)."""
     rng = random.Random(1234)
     shm_before = set(os.listdir("/dev/shm"))
     checkpoints = tmp_path / "rnd" / "checkpoints" / "p0"
     previous = None
-    for attempt in range(5):
+    for attempt in range(3):
         proc = _start(tmp_path, "rnd")
         time.sleep(rng.uniform(0.2, 5.0))
         children = descendants(proc.pid)
