@@ -58,9 +58,7 @@ MODEL_FAMILIES: dict[str, Callable[[Config, gym.Space, gym.Space], Policy]] = {
 }
 
 
-def make_policy_model(
-    cfg: Config, observation_space: gym.Space, action_space: gym.Space
-) -> Policy:
+def make_policy_model(cfg: Config, observation_space: gym.Space, action_space: gym.Space) -> Policy:
     """The network of `cfg.algorithm`'s family, for these spaces: what inference, evaluation,
     export and the learner build (the one place that asks which family runs)."""
     return MODEL_FAMILIES[algorithm_family(cfg.algorithm)](cfg, observation_space, action_space)
