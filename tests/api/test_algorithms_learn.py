@@ -1,5 +1,5 @@
 """IMPALA and A3C, through the Python API, reach a mean return of 400 (last 100 episodes) on
-CartPole-v1 within 500k env steps.
+CartPole-v1 within 500k env steps (the window that stops the run; the final one stays close).
 
 Both lack APPO's trust region, so they are run near on-policy: one SGD step per 512-sample
 dataset, at a higher learning rate. Measured with these settings (async, 2 workers x 16 envs,
@@ -45,6 +45,10 @@ def test_reaches_400_on_cartpole(algorithm, tmp_path):
     ) as model:
         summary = model.train(BUDGET)
     assert summary.stopped_because == "stop_at_mean_return", summary
-    assert summary.mean_return_last_100 >= 400
+    # The window that stopped the run reached 400; episodes that finish while the workers
+    # pause afterwards still enter the final window (one CI run ended at 397), so it only has
+    # to stay close.
+    assert summary.best_mean_return >= 400
+    assert summary.mean_return_last_100 >= 375
     assert summary.env_steps <= BUDGET
     assert model.cfg.algorithm == algorithm.algorithm
