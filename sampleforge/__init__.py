@@ -1,6 +1,7 @@
 """sampleforge: asynchronous reinforcement learning on one machine (Sample Factory architecture).
 
-    from sampleforge import APPO          # also IMPALA, A3C; see docs/api.md
+    from sampleforge import APPO          # also IMPALA, A3C, DQN, Rainbow, QRDQN, IQN, FQF,
+                                          # MDQN, PQN; see docs/api.md
 
 The algorithm classes are imported on first use, so `import sampleforge.config` and the CLI's
 start-up stay light (no torch import for `sampleforge --help`).
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_API_NAMES = ("APPO", "IMPALA", "A3C")
+_API_NAMES = ("APPO", "IMPALA", "A3C", "DQN", "Rainbow", "QRDQN", "IQN", "FQF", "MDQN", "PQN")
 
 __all__ = list(_API_NAMES)
 

@@ -29,7 +29,10 @@ RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folder
 
 
 # What `from sampleforge import NAME` reaches for each lazily exported name (sampleforge/__init__).
-PACKAGE_EXPORTS = {"APPO": "api", "IMPALA": "api", "A3C": "api"}
+PACKAGE_EXPORTS = {
+    name: "api"
+    for name in ("APPO", "IMPALA", "A3C", "DQN", "Rainbow", "QRDQN", "IQN", "FQF", "MDQN", "PQN")
+}
 
 # The processes of a run, in components/: they talk only through messages and shared buffers
 # that the wiring hands them, never by importing each other (docs/architecture.md).

@@ -4,11 +4,13 @@ Responsible for: choosing advantages and value targets (V-trace or GAE) for a ro
 and combining the policy, value and entropy terms into one scalar for
 ``"appo"`` (PPO clipping, Petrenko et al. 2020), ``"impala"`` (V-trace + plain policy
 gradient, Espeholt et al. 2018) and ``"a3c"`` (GAE / n-step returns + plain policy
-gradient, Mnih et al. 2016), together with a few diagnostic metrics.
+gradient, Mnih et al. 2016), together with a few diagnostic metrics; and
+``ActorCriticSettings``, every hyper-parameter of these losses, declared once (the run's
+``Config`` inherits it, so the learner hands the config itself to the loss).
 
 Must not: run networks, step optimisers, read config files, log, or touch processes;
-it maps tensors (and a small frozen settings object) to tensors and floats, importing
-only torch and the sibling ``algo`` modules.
+it maps tensors (and a frozen settings object with the algorithm's name) to tensors and
+floats, importing only torch and the sibling ``algo`` modules.
 
 The learner hands over one :class:`Rollout` (what the acting policy recorded and the current
 network's outputs on it), and the loss reads as the papers do:
@@ -38,6 +40,12 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from sampleforge.algo.actor_critic_settings import (
+    ADVANTAGE_SCALES,
+    ALGORITHMS,
+    EXPLORATION_LOSSES,
+    ActorCriticSettings,
+)
 from sampleforge.algo.gae import gae_advantages
 from sampleforge.algo.losses import (
     entropy_loss,
@@ -48,10 +56,6 @@ from sampleforge.algo.losses import (
     value_loss,
 )
 from sampleforge.algo.vtrace import MAX_LOG_RATIO, importance_ratio, vtrace_targets
-
-ALGORITHMS = ("appo", "impala", "a3c")
-ADVANTAGE_SCALES = ("minibatch", "return_std")
-EXPLORATION_LOSSES = ("entropy", "symmetric_kl")
 
 
 def check_algorithm(algorithm: str) -> None:
@@ -78,74 +82,37 @@ class ValueNormalizer(Protocol):
         """The running standard deviation of the targets."""
 
 
-@dataclass(frozen=True)
-class LossSettings:
-    """Hyper-parameters of the actor-critic loss."""
+def check_settings(settings: ActorCriticSettings, algorithm: str) -> None:
+    """Raise ValueError unless ``algorithm`` is one of ALGORITHMS and ``settings`` lie where
+    the loss's math needs them (a validated config always does)."""
+    check_algorithm(algorithm)
+    if not 0.0 <= settings.gamma <= 1.0:
+        raise ValueError(f"gamma must be in [0, 1], got {settings.gamma}")
+    if not 0.0 <= settings.gae_lambda <= 1.0:
+        raise ValueError(f"gae_lambda must be in [0, 1], got {settings.gae_lambda}")
+    for name in ("vtrace_rho_bar", "vtrace_c_bar", "ppo_clip_ratio"):
+        if not getattr(settings, name) > 0.0:
+            raise ValueError(f"{name} must be > 0, got {getattr(settings, name)}")
+    if settings.ppo_dual_clip is not None and not settings.ppo_dual_clip > 1.0:
+        raise ValueError(f"ppo_dual_clip must be > 1 or None, got {settings.ppo_dual_clip}")
+    if settings.value_clip is not None and not settings.value_clip > 0.0:
+        raise ValueError(f"value_clip must be > 0 or None, got {settings.value_clip}")
+    if settings.exploration_loss not in EXPLORATION_LOSSES:
+        raise ValueError(
+            f"exploration_loss must be one of {', '.join(EXPLORATION_LOSSES)}, "
+            f"got {settings.exploration_loss!r}"
+        )
+    if settings.advantage_scale not in ADVANTAGE_SCALES:
+        raise ValueError(
+            f"advantage_scale must be one of {', '.join(ADVANTAGE_SCALES)}, "
+            f"got {settings.advantage_scale!r}"
+        )
 
-    algorithm: str
-    """"appo" (PPO clipped surrogate), "impala" (V-trace + plain PG) or "a3c" (GAE + plain PG)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda, used by "a3c" and by "appo" without V-trace (1.0 = n-step returns)."""
-    with_vtrace: bool = True
-    """"appo" only: V-trace targets/advantages if True, else GAE on behaviour values.
-    "impala" always uses V-trace and "a3c" never does."""
-    vtrace_rho_bar: float = 1.0
-    """V-trace truncation of the importance weight rho (also the pg rho clip)."""
-    vtrace_c_bar: float = 1.0
-    """V-trace truncation of the trace coefficients c."""
-    ppo_clip_ratio: float = 0.1
-    """PPO epsilon: the ratio is clipped to [1/(1+eps), 1+eps] ("appo" only)."""
-    ppo_dual_clip: float | None = None
-    """Dual-clip PPO's c > 1: bounds the surrogate of negative advantages at c A ("appo")."""
-    value_clip: float | None = None
-    """If set, PPO-style clipped value loss around the behaviour values, with this range."""
-    value_loss_coeff: float = 0.5
-    """Weight of the value loss in the total."""
-    entropy_coeff: float = 0.003
-    """Weight of the exploration term (the entropy bonus, or the KL to uniform) in the total."""
-    exploration_loss: str = "entropy"
-    """entropy: the bonus -H(pi); symmetric_kl: (KL(pi || U) + KL(U || pi)) / 2 to the uniform
-    policy U (Sample Factory's choice for Doom). They agree near U; the KL's pull back does not
-    vanish as the policy turns deterministic, where the entropy's does (categorical only)."""
-    normalize_advantages: bool = True
-    """Bring policy advantages to unit scale, as ``advantage_scale`` says."""
-    advantage_scale: str = "minibatch"
-    """minibatch: (A - mean) / std over the minibatch's valid samples (the PPO recipe);
-    return_std: A / the running std of the value targets (the policy gradient of PopArt,
-    Hessel et al. 2019), which needs a value normaliser. The minibatch's own std makes a
-    minibatch whose advantages are only value noise (nothing happened) as loud as one with a
-    death in it; the running std keeps it as quiet as it is."""
 
-    def __post_init__(self) -> None:
-        check_algorithm(self.algorithm)
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-        if not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError(f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
-        for name in ("vtrace_rho_bar", "vtrace_c_bar", "ppo_clip_ratio"):
-            if getattr(self, name) <= 0.0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.ppo_dual_clip is not None and self.ppo_dual_clip <= 1.0:
-            raise ValueError(f"ppo_dual_clip must be > 1 or None, got {self.ppo_dual_clip}")
-        if self.value_clip is not None and self.value_clip <= 0.0:
-            raise ValueError(f"value_clip must be > 0 or None, got {self.value_clip}")
-        if self.exploration_loss not in EXPLORATION_LOSSES:
-            raise ValueError(
-                f"exploration_loss must be one of {', '.join(EXPLORATION_LOSSES)}, "
-                f"got {self.exploration_loss!r}"
-            )
-        if self.advantage_scale not in ADVANTAGE_SCALES:
-            raise ValueError(
-                f"advantage_scale must be one of {', '.join(ADVANTAGE_SCALES)}, "
-                f"got {self.advantage_scale!r}"
-            )
-
-    @property
-    def uses_vtrace(self) -> bool:
-        """Whether advantages and value targets come from V-trace."""
-        return self.algorithm == "impala" or (self.algorithm == "appo" and self.with_vtrace)
+def uses_vtrace(settings: ActorCriticSettings, algorithm: str) -> bool:
+    """Whether advantages and value targets come from V-trace: always for "impala", for
+    "appo" with ``with_vtrace``, never for "a3c"."""
+    return algorithm == "impala" or (algorithm == "appo" and settings.with_vtrace)
 
 
 @dataclass
@@ -220,21 +187,25 @@ class Rollout:
 
 
 def actor_critic_loss(
-    settings: LossSettings, rollout: Rollout, value_normalizer: ValueNormalizer | None = None
+    algorithm: str,
+    settings: ActorCriticSettings,
+    rollout: Rollout,
+    value_normalizer: ValueNormalizer | None = None,
 ) -> LossOutput:
-    """Actor-critic loss for ``settings.algorithm`` on one time-major rollout.
+    """Actor-critic loss of ``algorithm`` (one of ALGORITHMS) on one time-major rollout.
 
     ``value_normalizer``: return normalisation (see the module docstring). Its statistics are
     updated in place with the valid targets (only when all of them are finite: a non-finite
     loss is skipped by the learner and must leave them as they were).
     """
-    check_algorithm(settings.algorithm)
+    check_settings(settings, algorithm)
     rollout.check_shapes()
     value_estimates = rollout.values.detach()
     if value_normalizer is not None:
         value_estimates = value_normalizer.denormalize(value_estimates)
-    advantages, targets = _advantages_and_targets(settings, rollout, value_estimates)
+    advantages, targets = _advantages_and_targets(algorithm, settings, rollout, value_estimates)
     return loss_from_advantages(
+        algorithm=algorithm,
         settings=settings,
         log_probs=rollout.log_probs,
         entropy=rollout.entropy,
@@ -251,7 +222,8 @@ def actor_critic_loss(
 
 def advantages_and_targets(
     *,
-    settings: LossSettings,
+    algorithm: str,
+    settings: ActorCriticSettings,
     behaviour_values: Tensor,
     rewards: Tensor,
     dones: Tensor,
@@ -263,17 +235,19 @@ def advantages_and_targets(
 
     behaviour_values: [T + 1, B] in reward units, the last row being the bootstrap value.
     """
-    if settings.uses_vtrace or settings.algorithm != "appo":
+    check_settings(settings, algorithm)
+    if uses_vtrace(settings, algorithm) or algorithm != "appo":
         raise ValueError(
-            f"advantages depend on the current network for {settings.algorithm} "
-            f"with V-trace={settings.uses_vtrace}: compute them per minibatch"
+            f"advantages depend on the current network for {algorithm} "
+            f"with V-trace={uses_vtrace(settings, algorithm)}: compute them per minibatch"
         )
     return _gae(settings, behaviour_values, rewards, dones, valids)
 
 
 def loss_from_advantages(
     *,
-    settings: LossSettings,
+    algorithm: str,
+    settings: ActorCriticSettings,
     log_probs: Tensor,
     entropy: Tensor,
     values: Tensor,
@@ -292,12 +266,13 @@ def loss_from_advantages(
     ``behaviour_values`` in reward units, ``advantages`` before normalisation; ``uniform_kl``
     is needed by the symmetric_kl exploration loss only.
     """
+    check_settings(settings, algorithm)
     value_estimates = values
     if value_normalizer is not None:
         value_estimates = value_normalizer.denormalize(values.detach())
     normalized = _scaled_advantages(settings, advantages, valids, value_normalizer)
 
-    policy = _policy_loss(settings, log_probs, behaviour_log_probs, normalized, valids)
+    policy = _policy_loss(algorithm, settings, log_probs, behaviour_log_probs, normalized, valids)
     critic_targets, critic_old_values = targets, behaviour_values
     if value_normalizer is not None:
         valid_targets = targets if valids is None else targets[valids > 0]
@@ -336,12 +311,12 @@ def loss_from_advantages(
 
 
 def _scaled_advantages(
-    settings: LossSettings,
+    settings: ActorCriticSettings,
     advantages: Tensor,
     valids: Tensor | None,
     value_normalizer: ValueNormalizer | None,
 ) -> Tensor:
-    """The advantages the policy gradient weighs samples by (`LossSettings.advantage_scale`)."""
+    """The advantages the policy gradient weighs samples by (`ActorCriticSettings.advantage_scale`)."""
     if not settings.normalize_advantages:
         return advantages
     if settings.advantage_scale == "minibatch":
@@ -354,7 +329,7 @@ def _scaled_advantages(
 
 
 def _advantages_and_targets(
-    settings: LossSettings, rollout: Rollout, values: Tensor
+    algorithm: str, settings: ActorCriticSettings, rollout: Rollout, values: Tensor
 ) -> tuple[Tensor, Tensor]:
     """Policy advantages [T, B] and value targets [T, B], both without grad; `values` are the
     current network's [T + 1, B], detached, in reward units.
@@ -364,7 +339,7 @@ def _advantages_and_targets(
     GAE, "a3c": current values, no importance correction.
     """
     r = rollout
-    if settings.uses_vtrace:
+    if uses_vtrace(settings, algorithm):
         vtrace = vtrace_targets(
             behaviour_log_probs=r.behaviour_log_probs,
             target_log_probs=r.log_probs.detach(),
@@ -378,12 +353,16 @@ def _advantages_and_targets(
             valids=r.valids,
         )
         return vtrace.pg_advantages, vtrace.vs
-    critic_values = r.behaviour_values if settings.algorithm == "appo" else values
+    critic_values = r.behaviour_values if algorithm == "appo" else values
     return _gae(settings, critic_values, r.rewards, r.dones, r.valids)
 
 
 def _gae(
-    settings: LossSettings, values: Tensor, rewards: Tensor, dones: Tensor, valids: Tensor | None
+    settings: ActorCriticSettings,
+    values: Tensor,
+    rewards: Tensor,
+    dones: Tensor,
+    valids: Tensor | None,
 ) -> tuple[Tensor, Tensor]:
     """GAE advantages and targets on `values` [T + 1, B] (last row: bootstrap), no grad."""
     values = values.detach()
@@ -399,14 +378,15 @@ def _gae(
 
 
 def _policy_loss(
-    settings: LossSettings,
+    algorithm: str,
+    settings: ActorCriticSettings,
     log_probs: Tensor,
     behaviour_log_probs: Tensor,
     advantages: Tensor,
     valids: Tensor | None,
 ) -> Tensor:
     """PPO clipped surrogate for "appo", plain policy gradient for "impala" and "a3c"."""
-    if settings.algorithm == "appo":
+    if algorithm == "appo":
         return ppo_clipped_policy_loss(
             log_probs=log_probs,
             behaviour_log_probs=behaviour_log_probs,
@@ -419,7 +399,7 @@ def _policy_loss(
 
 
 def _metrics(
-    settings: LossSettings,
+    settings: ActorCriticSettings,
     log_probs: Tensor,
     behaviour_log_probs: Tensor,
     advantages: Tensor,

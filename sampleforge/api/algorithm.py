@@ -9,10 +9,13 @@
         model.save("cartpole.pt")
     model = APPO.load("cartpole.pt")            # weights only; no process until trained
 
-Responsibility: map the calls of `APPO`, `IMPALA` and `A3C` onto one `Runner` (whose
-processes persist, paused, between `train` calls) and onto a local copy of each policy's
-weights for `predict` and `evaluate`. Every config field is a keyword, validated exactly as on
-the command line.
+Responsibility: map the calls of every algorithm's class (`APPO`, `IMPALA`, `A3C`; `DQN`,
+`Rainbow`, `QRDQN`, `IQN`, `FQF`, `MDQN`; `PQN`) onto one `Runner` (whose processes persist,
+paused, between `train` calls) and onto a local copy of each policy's weights for `predict`
+and `evaluate`. Every config field is a keyword, validated exactly as on the command line.
+`Algorithm` does it all through the runner and the `Policy` protocol, so a class is only its
+`algorithm` name: which network, learner and settings it brings is the registries' business
+(`config/algorithms.py`, `models/factory.py`, `learners/registry.py`).
 
 Must not: compute anything about learning, or reach into components' processes other than
 through the runner and the shared weights.
@@ -52,15 +55,23 @@ from sampleforge.telemetry.training_callback import TrainingCallback
 
 StateDict = dict[str, torch.Tensor]
 ParameterSource = Union[Mapping[str, torch.Tensor], str, Path]
+# --algorithm name -> its class (filled as the classes below are declared), for messages that
+# name the class to use.
+_CLASSES: dict[str, type["Algorithm"]] = {}
 
 
-class ActorCriticAlgorithm:
-    """A training run of one asynchronous actor-critic algorithm; see the module docstring.
+class Algorithm:
+    """A training run of one algorithm; see the module docstring.
 
-    Subclasses set `algorithm` ("appo", "impala" or "a3c").
+    Subclasses set `algorithm`, one of `--algorithm`'s names (`config/algorithms.py`).
     """
 
     algorithm: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "algorithm" in cls.__dict__:
+            _CLASSES[cls.algorithm] = cls
 
     def __init__(
         self,
@@ -240,7 +251,7 @@ class ActorCriticAlgorithm:
         checkpoint: str = "latest",
         trust_config: bool = False,
         **config: Any,
-    ) -> "ActorCriticAlgorithm":
+    ) -> "Algorithm":
         """A new run with the weights and config saved at `path`: a file written by `save`, or
         an experiment folder (at `checkpoint`: latest, best, best_eval).
 
@@ -256,9 +267,11 @@ class ActorCriticAlgorithm:
             replacing["env"] = env_name(env)
         saved = load_saved_policy(path, checkpoint, trust_config=trust_config, replacing=replacing)
         if saved.cfg.algorithm != cls.algorithm:
+            right = _CLASSES.get(saved.cfg.algorithm)
             raise ValueError(
                 f"{path} holds a {saved.cfg.algorithm} model; load it with "
-                f"{saved.cfg.algorithm.upper()}.load, not {cls.__name__}.load"
+                f"{right.__name__ if right else saved.cfg.algorithm.upper()}.load, "
+                f"not {cls.__name__}.load"
             )
         settings = config_to_dict(saved.cfg)
         new_run = ("env", "algorithm", "experiment", "restart_behavior", "stop_at_mean_return")
@@ -282,7 +295,7 @@ class ActorCriticAlgorithm:
         collected or the interpreter exits."""
         self._finalizer()
 
-    def __enter__(self) -> "ActorCriticAlgorithm":
+    def __enter__(self) -> "Algorithm":
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -349,6 +362,11 @@ class ActorCriticAlgorithm:
             )
 
 
+class ActorCriticAlgorithm(Algorithm):
+    """An asynchronous actor-critic run (`actor_critic` family): stochastic policy and value
+    head; recurrent cores allowed; PBT and frozen opponents allowed."""
+
+
 class APPO(ActorCriticAlgorithm):
     """Asynchronous PPO: PPO clipping, advantages from V-trace or GAE (Petrenko et al. 2020)."""
 
@@ -368,6 +386,56 @@ class A3C(ActorCriticAlgorithm):
     """
 
     algorithm = "a3c"
+
+
+class ValueBasedAlgorithm(Algorithm):
+    """A Q-learning run (`value_based` and `pqn` families): Discrete actions only; `predict`
+    is epsilon-greedy (or noisy) as in training unless `deterministic`, `evaluate` greedy by
+    default; no recurrent state, no PBT or frozen opponents (refused as a ConfigError)."""
+
+
+class DQN(ValueBasedAlgorithm):
+    """DQN from a replay, with a target network (Mnih et al. 2015); double Q by default."""
+
+    algorithm = "dqn"
+
+
+class Rainbow(ValueBasedAlgorithm):
+    """Rainbow: C51, double Q, dueling, noisy nets, 3-step returns, prioritized replay
+    (Hessel et al. 2018)."""
+
+    algorithm = "rainbow"
+
+
+class QRDQN(ValueBasedAlgorithm):
+    """QR-DQN: quantile regression of the return distribution (Dabney et al. 2018a)."""
+
+    algorithm = "qrdqn"
+
+
+class IQN(ValueBasedAlgorithm):
+    """IQN: implicit quantile network, sampled fractions (Dabney et al. 2018b)."""
+
+    algorithm = "iqn"
+
+
+class FQF(ValueBasedAlgorithm):
+    """FQF: quantiles at learned fractions (Yang et al. 2019)."""
+
+    algorithm = "fqf"
+
+
+class MDQN(ValueBasedAlgorithm):
+    """Munchausen DQN: a scaled log-policy bonus and a soft bootstrap (Vieillard et al. 2020)."""
+
+    algorithm = "mdqn"
+
+
+class PQN(ValueBasedAlgorithm):
+    """PQN: Q(lambda) on fresh rollouts with LayerNorm, no replay and no target network
+    (Gallici et al. 2024)."""
+
+    algorithm = "pqn"
 
 
 def _merge_settings(

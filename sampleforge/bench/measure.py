@@ -5,11 +5,16 @@
 - `compute_costs`: seconds per sample of each workload measured alone: an env step (on one
   core, through the same env split a rollout worker steps, so an EnvPool task is measured with
   the batch and threads training uses), a batched inference forward pass at the batch size the
-  system actually forms, and a learner forward + backward over a dataset (all its epochs)
-  divided by the samples in it; the two model workloads on the training device (`--device`).
+  system actually forms, and the learning work per sample: the family's training probe
+  (`learners/registry.py: make_training_probe`) timed per call and divided by the samples of
+  sampling a call stands for (a dataset's, all its epochs; for a replay, one update per
+  batch_size / samples_per_insert inserted transitions); the two model workloads on the
+  training device (`--device`).
   `compute_limit_fps` = cores / (sum of the three): what an ideal asynchronous system sharing
   the cores between the three would reach.
-- `training_fps`: the full system, steady state after a warm-up.
+- `training_fps`: the full system, steady state after a warm-up; with it the rates of the
+  learner (SGD steps and the agent steps it took in, per second) and its last statistics of
+  the replay, where it has one.
 
 Each stops on Ctrl-C or SIGTERM: the pool's workers ignore SIGINT and end with the pool, and a
 training run that a signal stopped raises `Interrupted`.
@@ -24,7 +29,7 @@ import os
 import signal
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,10 +48,10 @@ from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec, env_info, make_env, resolve_env
 from sampleforge.envs.stepping.env_split import StepTargets
 from sampleforge.envs.stepping.factory import make_env_split
-from sampleforge.learners.actor_critic import ActorCriticLearner
-from sampleforge.learners.batcher import Dataset
+from sampleforge.learners.probe_data import random_actions, random_obs
+from sampleforge.learners.registry import make_training_probe
 from sampleforge.models.factory import make_policy_model, resolve_device
-from sampleforge.spaces import action_spec, categorical_sizes, observation_specs
+from sampleforge.spaces import observation_specs
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
 # --- pure simulation ------------------------------------------------------------------------
@@ -113,6 +118,8 @@ class ComputeCosts:
     learner: float
     inference_batch_size: int
     device: str = "cpu"  # where inference and learner were measured
+    sgd_step: float = float("nan")  # seconds per SGD step of the learner
+    sgd_steps_per_sample: float = float("nan")  # the learning work behind `learner`
 
     def limit_fps(self, cores: int, frameskip: int) -> float:
         return cores / (self.env_step + self.inference + self.learner) * frameskip
@@ -140,7 +147,7 @@ def compute_costs(
     env_spec = resolve_env(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
     device = resolve_device(cfg.device)
     model = make_policy_model(cfg, env.observation_space, env.action_space).to(device).eval()
-    obs = _random_obs(observation_specs(env.observation_space), (inference_batch_size,), device)
+    obs = random_obs(observation_specs(env.observation_space), (inference_batch_size,), device)
     rnn = torch.zeros(inference_batch_size, int(model.rnn_state_size), device=device)
 
     def infer():
@@ -148,30 +155,37 @@ def compute_costs(
             model.act(obs, rnn)
         _synchronize(device)
 
-    learner = ActorCriticLearner(cfg, env.observation_space, env.action_space, device)
-    data = _random_dataset(cfg, env, device)
-
-    def train():
-        learner.train(data, lambda: None)
-        _synchronize(device)
-
-    step_envs = _EnvStepper(cfg, env_spec)
-    infer(), train()  # warm up once: allocations, lazy initialisation
-    per_round = seconds / rounds
-    env_step, inference, learning = [], [], []
+    probe = make_training_probe(cfg, env.observation_space, env.action_space, device)
     try:
-        for _ in range(rounds):
-            env_step.append(step_envs(per_round))
-            inference.append(_time_per_call(infer, per_round, warm_up=False) / inference_batch_size)
-            learning.append(_time_per_call(train, per_round, warm_up=False) / cfg.dataset_size)
+
+        def train():
+            probe.train_once()
+            _synchronize(device)
+
+        step_envs = _EnvStepper(cfg, env_spec)
+        try:
+            infer(), train()  # warm up once: allocations, lazy initialisation
+            per_round = seconds / rounds
+            env_step, inference, per_call = [], [], []
+            for _ in range(rounds):
+                env_step.append(step_envs(per_round))
+                inference.append(
+                    _time_per_call(infer, per_round, warm_up=False) / inference_batch_size
+                )
+                per_call.append(_time_per_call(train, per_round, warm_up=False))
+        finally:
+            step_envs.close()
     finally:
-        step_envs.close()
+        probe.close()
+    call = statistics.median(per_call)
     return ComputeCosts(
         statistics.median(env_step),
         statistics.median(inference),
-        statistics.median(learning),
+        call / probe.samples_per_call,
         inference_batch_size,
         str(device),
+        sgd_step=call / probe.sgd_steps_per_call,
+        sgd_steps_per_sample=probe.sgd_steps_per_call / probe.samples_per_call,
     )
 
 
@@ -201,7 +215,8 @@ class _EnvStepper:
             self.targets = _step_targets(self.split.num_rows, env_spec)
             self.split.reset_all(self.targets.next_obs)
             space = env_info(env_spec.name, drop_obs_keys=env_spec.drop_obs_keys).action_space
-            self.actions = [_random_actions(space, self.split.num_rows) for _ in range(64)]
+            rng = np.random.default_rng(0)
+            self.actions = [random_actions(space, (self.split.num_rows,), rng) for _ in range(64)]
 
     def __call__(self, seconds: float) -> float:
         if self.split is None:
@@ -230,56 +245,6 @@ def _step_targets(rows: int, env_spec: EnvSpec) -> StepTargets:
     )
 
 
-def _random_actions(space, rows: int) -> np.ndarray:
-    """[rows, A] actions in the buffer's format, uniformly random."""
-    rng = np.random.default_rng(0)
-    spec = action_spec(space)
-    if spec.dtype == torch.int64:
-        sizes = np.asarray(categorical_sizes(space))
-        return rng.integers(0, sizes, size=(rows, len(sizes)))
-    low, high = space.low.reshape(-1), space.high.reshape(-1)
-    low, high = np.maximum(low, -1.0), np.minimum(high, 1.0)  # unbounded Boxes
-    return rng.uniform(low, high, size=(rows, spec.shape[0])).astype(np.float32)
-
-
-def _random_obs(
-    specs, lead: tuple[int, ...], device: torch.device | None = None
-) -> dict[str, torch.Tensor]:
-    out = {}
-    for key, spec in specs.items():
-        if spec.dtype == torch.uint8:
-            out[key] = torch.randint(0, 256, lead + spec.shape, dtype=torch.uint8)
-        elif spec.dtype != torch.float32:  # discrete indices or bits: 0 is in every space
-            out[key] = torch.zeros(lead + spec.shape, dtype=spec.dtype)
-        else:
-            out[key] = torch.randn(lead + spec.shape)
-    return {key: value.to(device or "cpu") for key, value in out.items()}
-
-
-def _random_dataset(cfg: Config, env, device: torch.device | None = None) -> Dataset:
-    T, B = cfg.rollout + 1, cfg.dataset_size // cfg.rollout
-    spec = action_spec(env.action_space)
-    actions = (
-        torch.zeros((T, B) + spec.shape, dtype=spec.dtype)
-        if spec.dtype == torch.int64
-        else torch.randn((T, B) + spec.shape)
-    )
-    model = make_policy_model(cfg, env.observation_space, env.action_space)
-    data = Dataset(
-        obs=_random_obs(observation_specs(env.observation_space), (T, B)),
-        actions=actions,
-        rnn_states=torch.zeros(T, B, int(model.rnn_state_size)),
-        rewards=torch.randn(T, B),
-        dones=torch.zeros(T, B),
-        valids=torch.ones(T, B),
-        log_probs=torch.full((T, B), -1.0),
-        values=torch.zeros(T, B),
-        policy_versions=torch.zeros(T, B, dtype=torch.int64),
-        policy_ids=torch.zeros(T, B, dtype=torch.int32),
-    )
-    return data.to(device or torch.device("cpu"))
-
-
 # --- training -------------------------------------------------------------------------------
 
 
@@ -290,17 +255,31 @@ class TrainingMeasurement:
     mean_inference_batch: float
     perf: dict[str, float]
     memory_mb: float
+    sgd_steps_per_sec: float = float("nan")  # the learners' updates, all policies together
+    transitions_per_sec: float = float("nan")  # agent steps the learners took in
+    learner_stats: dict[str, float] = field(default_factory=dict)  # the last report's replay/
+    # and learner/ statistics (`replay/samples_per_insert`, `replay/bytes_per_transition`, ...)
 
 
 def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> TrainingMeasurement:
     """Steady-state env frames per second of the full system (after `warmup_sec`)."""
-    samples: list[tuple[float, int, float, int]] = []
+    samples: list[tuple[float, int, float, int, int, int]] = []
     with Runner(cfg) as runner:
         runner.start()
 
         def record(status) -> bool:
             p = runner.progress
-            samples.append((time.monotonic(), p.frames_collected, p.lag_sum, p.lag_reports))
+            updates = sum(p.policy_version.values())
+            samples.append(
+                (
+                    time.monotonic(),
+                    p.frames_collected,
+                    p.lag_sum,
+                    p.lag_reports,
+                    updates,
+                    p.total_env_steps,
+                )
+            )
             return True
 
         runner.train(
@@ -320,17 +299,30 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
             }
         )
         batches = (runner.progress.inference_batches, runner.progress.inference_samples)
+        stats = {
+            k: v
+            for k, v in runner.progress.last_stats.items()
+            if k.startswith(("replay/", "learner/"))
+        }
     # Progress arrives once per learner iteration: a window that saw fewer than two of them
     # (a slow config or a loaded machine) has no rate to give, and says so with NaN.
     measured = [s for s in samples if s[0] - samples[0][0] >= warmup_sec]
     if len(measured) < 2:
-        fps = lag = float("nan")
+        fps = lag = updates = taken_in = float("nan")
     else:
         start, end = measured[0], measured[-1]
-        fps = (end[1] - start[1]) / (end[0] - start[0])
+        seconds = end[0] - start[0]
+        fps = (end[1] - start[1]) / seconds
         lag = (end[2] - start[2]) / max(end[3] - start[3], 1)
+        updates = (end[4] - start[4]) / seconds
+        # The learners count env steps in frames: a transition is one agent step.
+        taken_in = (end[5] - start[5]) / seconds / _frameskip(cfg)
     mean_batch = batches[1] / batches[0] if batches[0] else float("nan")
-    return TrainingMeasurement(fps, lag, mean_batch, perf, memory)
+    return TrainingMeasurement(fps, lag, mean_batch, perf, memory, updates, taken_in, stats)
+
+
+def _frameskip(cfg: Config) -> int:
+    return env_info(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop).frameskip
 
 
 def _tree_memory_mb(root: int) -> float:

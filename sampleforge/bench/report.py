@@ -10,13 +10,22 @@ JSON keys (stable; scripts read them):
   measurements; a ratio is withheld when either exceeded what the measurement itself runs,
   `cores` and 1, by more than half a core, because another job was taking cores then);
 - `mean_policy_lag`: mean lag in SGD steps during the measurement;
+- `sgd_steps_per_sec`: the learners' SGD steps (updates) per second during the measurement;
+  `transitions_per_sec`: the agent steps the learners took in per second (a replay's inserted
+  transitions; an on-policy learner's trained samples);
+- a learner with a replay (null otherwise): `samples_per_insert` (the replay ratio its rate
+  limiter observed since learning started), `replay_bytes_per_transition` (memory the replay
+  holds per stored transition), `replay_size` (transitions it can sample from now);
 - plus `cores`, `frameskip`, `inference_batch_size`, `costs_us` (per-sample costs in
-  microseconds), `memory_mb`, `bottleneck` and `perf` (seconds per component activity).
+  microseconds: `env_step`, `inference`, `learner`, and `sgd_step`, the time of one learner
+  update measured alone), `memory_mb`, `bottleneck` and `perf` (seconds per component
+  activity).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -39,6 +48,11 @@ class BenchReport:
     load_pure_sim: float | None = None  # runnable tasks during pure simulation (median)
     load_costs: float | None = None  # ... and during the per-sample costs
     device: str = "cpu"  # where inference and learner costs were measured
+    sgd_steps_per_sec: float = float("nan")
+    transitions_per_sec: float = float("nan")
+    samples_per_insert: float | None = None  # these three: learners with a replay only
+    replay_bytes_per_transition: float | None = None
+    replay_size: float | None = None
 
     @property
     def load_problem(self) -> str | None:
@@ -92,6 +106,21 @@ class BenchReport:
             f"per-sample costs (1 its own)"
         )
 
+    def _update_cost(self) -> str:
+        update = self.costs_us.get("sgd_step")
+        return "" if update is None or math.isnan(update) else f" ({update:,.0f} us an update)"
+
+    def _replay_lines(self) -> list[str]:
+        if self.samples_per_insert is None:
+            return []
+        return [
+            f"  replay             {self.transitions_per_sec:>12,.0f} transitions inserted/s   "
+            f"{self.sgd_steps_per_sec:,.1f} updates/s   {self.samples_per_insert:.1f} samples "
+            f"per insert",
+            f"                     {self.replay_bytes_per_transition or 0.0:>12,.0f} bytes per "
+            f"transition   {self.replay_size or 0.0:,.0f} transitions to sample from",
+        ]
+
     def lines(self) -> list[str]:
         c = self.costs_us
         return [
@@ -99,11 +128,12 @@ class BenchReport:
             f"  pure simulation    {self.pure_sim_fps:>12,.0f} frames/s",
             f"  compute limit      {self.compute_limit_fps:>12,.0f} frames/s   (per sample: env "
             f"{c['env_step']:.1f} us + inference {c['inference']:.1f} us at batch "
-            f"{self.inference_batch_size:.0f} + learner {c['learner']:.1f} us; model on "
-            f"{self.device})",
+            f"{self.inference_batch_size:.0f} + learner {c['learner']:.1f} us"
+            f"{self._update_cost()}; model on {self.device})",
             f"  training           {self.train_fps:>12,.0f} frames/s   "
             f"{self.sgd_steps_per_1000_samples:.2f} SGD steps per 1,000 samples   mean policy "
             f"lag {self.mean_policy_lag:.1f}",
+            *self._replay_lines(),
             self._ratio_line(),
             self._load_line(),
             f"  memory {self.memory_mb:,.0f} MB ({self.memory_mb / max(self.num_envs, 1):.2f} "

@@ -313,15 +313,28 @@ class ReplayBuffer:
         self._has_tail[s] = True
         self._mark_ready(s, max(count_before - self.n_step, self._oldest(s)))
 
-    def _check_continues(self, s: int, first_obs: dict[str, np.ndarray]) -> None:
+    def continues(self, stream: int, first_obs: dict[str, np.ndarray]) -> bool:
+        """Whether a trajectory starting with `first_obs` (key -> one observation) continues
+        `stream`: the stream has a tail and it equals `first_obs` byte for byte."""
+        return self._mismatched_key(stream, first_obs) is None
+
+    def _mismatched_key(self, s: int, first_obs: dict[str, np.ndarray]) -> str | None:
+        if not self._has_tail[s]:
+            return next(iter(first_obs), "")
         slot = int(self._count[s]) % self._layout.slots_per_stream
         for key, value in first_obs.items():
             stored = self._last_stack[key][s] if key in self._stacks else self._raw[key][s, slot]
             if np.ascontiguousarray(value).tobytes() != stored.tobytes():
-                raise ValueError(
-                    f"stream {s}: obs[0][{key!r}] is not the last observation of its previous "
-                    f"trajectory; pass starts[r]=True for a stream that begins afresh"
-                )
+                return key
+        return None
+
+    def _check_continues(self, s: int, first_obs: dict[str, np.ndarray]) -> None:
+        key = self._mismatched_key(s, first_obs)
+        if key is not None:
+            raise ValueError(
+                f"stream {s}: obs[0][{key!r}] is not the last observation of its previous "
+                f"trajectory; pass starts[r]=True for a stream that begins afresh"
+            )
 
     def _oldest(self, s: int) -> int:
         """The oldest transition of stream s whose slot still holds it."""

@@ -39,7 +39,7 @@ class BackgroundSampler:
         limiter: SampleToInsertRatio,
         *,
         batch_size: int,
-        seed: int,
+        seed: int | None,
         queue_size: int = 4,
     ):
         if batch_size < 1 or queue_size < 1:
@@ -71,6 +71,41 @@ class BackgroundSampler:
             self.limiter.inserted(inserted)
             self._cond.notify_all()
         return True
+
+    def insert(self, *args: object, **kwargs: object) -> int:
+        """``ReplayBuffer.add`` now, whatever the limiter allows: for an owner that holds the
+        ratio upstream (a learner's sampling gate), so the ratio overshoots by at most what
+        was already on its way. Returns the transitions stored."""
+        with self._cond:
+            self._raise_if_closed()
+            inserted = self.replay.add(*args, **kwargs)  # type: ignore[arg-type]
+            self.limiter.inserted(inserted)
+            self._cond.notify_all()
+        return inserted
+
+    @property
+    def num_ready(self) -> int:
+        """Batches sampled and waiting (raises once the thread has failed)."""
+        if self._error is not None:
+            self._raise_if_closed()
+        return len(self._ready)
+
+    def take_ready(self, most: int) -> list[ReplayBatch]:
+        """Up to `most` of the batches ready now, without waiting."""
+        with self._cond:
+            self._raise_if_closed()
+            batches = [self._ready.popleft() for _ in range(min(most, len(self._ready)))]
+            self._cond.notify_all()
+        return batches
+
+    def load_state_dict(self, replay_state: dict, limiter_state: dict) -> None:
+        """Restore the replay and the limiter; batches drawn before are dropped."""
+        with self._cond:
+            self.replay.load_state_dict(replay_state)
+            self.limiter.load_state_dict(limiter_state)
+            self._ready.clear()
+            self._updates.clear()
+            self._cond.notify_all()
 
     def get(self, timeout: float | None = None) -> ReplayBatch:
         """The next ready batch; raises TimeoutError after ``timeout`` seconds without one,

@@ -49,6 +49,10 @@ class TrajectoryLayout:
         per_step += 4 * self.rnn_state_size + 4 * len(_STEP_FLOAT_FIELDS) + 8 + 4
         return steps * per_step
 
+    def step_bytes(self) -> int:
+        """Bytes of one step of one row (a staged copy of a step takes as many)."""
+        return self.nbytes() // (self.num_slots * (self.rollout + 1) * self.rows_per_slot)
+
 
 def _spec_bytes(spec: TensorSpec) -> int:
     return math.prod(spec.shape) * torch.empty((), dtype=spec.dtype).element_size()

@@ -105,6 +105,7 @@ def _measure(args: argparse.Namespace, base) -> int:
     print(f"measuring per-sample costs (inference batch {batch}) ...", file=sys.stderr)
     with MachineLoad() as costs_load:
         costs = compute_costs(base, batch)
+    stats = train.learner_stats
     report = BenchReport(
         env=base.env,
         num_envs=base.num_workers * base.num_envs_per_worker,
@@ -114,12 +115,15 @@ def _measure(args: argparse.Namespace, base) -> int:
         compute_limit_fps=costs.limit_fps(args.cores, frameskip),
         train_fps=train.fps,
         mean_policy_lag=train.mean_policy_lag,
-        sgd_steps_per_1000_samples=base.sgd_steps_per_1000_samples,
+        # The learning work per sample as the family's learner does it (a replay's learner
+        # updates by the replay ratio, not by epochs of datasets).
+        sgd_steps_per_1000_samples=1000.0 * costs.sgd_steps_per_sample,
         inference_batch_size=train.mean_inference_batch,
         costs_us={
             "env_step": costs.env_step * 1e6,
             "inference": costs.inference * 1e6,
             "learner": costs.learner * 1e6,
+            "sgd_step": costs.sgd_step * 1e6,
         },
         memory_mb=train.memory_mb,
         bottleneck=bottleneck(train.perf),
@@ -127,6 +131,11 @@ def _measure(args: argparse.Namespace, base) -> int:
         load_pure_sim=pure_load.median,
         load_costs=costs_load.median,
         device=costs.device,
+        sgd_steps_per_sec=train.sgd_steps_per_sec,
+        transitions_per_sec=train.transitions_per_sec,
+        samples_per_insert=stats.get("replay/samples_per_insert"),
+        replay_bytes_per_transition=stats.get("replay/bytes_per_transition"),
+        replay_size=stats.get("replay/size"),
     )
     print("\n".join(report.lines()))
     if args.json:

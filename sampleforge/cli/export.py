@@ -1,4 +1,5 @@
-"""`sampleforge export`: write a trained policy as an ONNX model (acting step, no sampling)."""
+"""`sampleforge export`: write a trained policy of any algorithm as an ONNX model (its
+deterministic acting step, no sampling or exploration; `export/onnx_export.py` has the I/O)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pathlib import Path
 from sampleforge.cli.policy_source import add_policy_arguments, input_errors, local_policy_from_args
 
 HELP = (
-    "Export a trained policy's acting step (observations -> deterministic action, action "
-    "logits or mean, value; recurrent state in and out) as an ONNX model."
+    "Export a trained policy's acting step as an ONNX model: observations -> deterministic "
+    "action, action logits or mean, value (recurrent state in and out) for an actor-critic; "
+    "observations -> greedy action, Q-values for a value-based algorithm."
 )
 FORMATS = ("onnx",)
 

@@ -38,13 +38,16 @@ class ActionsReady(NamedTuple):
 class TrajectoryReady(NamedTuple):
     """Rollout worker -> a policy's learner: a slot holds a complete rollout; `rows` are the
     rows in which the policy acted (None: every row of the slot). Exactly one of the learners
-    told about a slot `returns_slot` to the free list once all have copied it."""
+    told about a slot `returns_slot` to the free list once all have copied it. `split`: which
+    of the worker's env splits stepped it (with `worker`, the slot's rows are the same envs
+    from one rollout to the next: a replay's streams)."""
 
     policy_id: int
     slot: int
     rows: tuple[int, ...] | None
     worker: int
     returns_slot: bool = True
+    split: int = 0
 
 
 # --- commands from the runner -----------------------------------------------------------------
@@ -179,6 +182,7 @@ class LearnerReady:
     env_steps: int
     policy_version: int
     resumed_from: str | None
+    note: str | None = None  # what the resume could not restore, for the log
 
 
 @dataclass(frozen=True)

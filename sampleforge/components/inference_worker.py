@@ -65,12 +65,14 @@ class InferenceWorker:
         device: torch.device,
         seed: int | None = None,
         sole_policy: bool = False,
+        splits_per_worker: int = 1,
     ):
         self.name = f"inference_worker_p{policy_id}_{index}"
         if seed is not None:
             torch.manual_seed(inference_seed(seed, policy_id, index))
         self.policy_id = policy_id
         self.sole_policy = sole_policy  # the only policy of the run: it acts for every row
+        self.splits_per_worker = splits_per_worker  # to number the sampler's env rows
         self.model = model_factory().to(device).eval()
         self.buffer = endpoints.buffer
         self.weights = endpoints.weights
@@ -140,7 +142,8 @@ class InferenceWorker:
             rnn_states = self._gather(self.buffer.rnn_states, index).to(
                 self.device, non_blocking=True
             )
-            out = self.model.act(obs, rnn_states)
+            env_ids = self._env_ids(requests, request_of_row, index[2])
+            out = self.model.act(obs, rnn_states, env_ids=env_ids.to(self.device))
             if self.device.type == "cuda":  # the writes wait for it anyway; the check must too
                 torch.cuda.synchronize(self.device)
             # A worker replaced while the batch ran may have had its slots reclaimed and given
@@ -177,6 +180,17 @@ class InferenceWorker:
             mine = self.buffer.policy_ids[slots, steps] == self.policy_id  # [requests, rows]
             request_index, rows = mine.nonzero(as_tuple=True)
         return (slots[request_index], steps[request_index], rows), request_index
+
+    def _env_ids(
+        self, requests: list[InferenceRequested], request_of_row: torch.Tensor, rows: torch.Tensor
+    ) -> torch.Tensor:
+        """The sampler-wide index of each row's env-agent (a policy may explore per env)."""
+        rows_per_slot = self.buffer.layout.rows_per_slot
+        first = torch.tensor(
+            [(r.worker * self.splits_per_worker + r.split) * rows_per_slot for r in requests],
+            dtype=torch.long,
+        )
+        return first[request_of_row] + rows
 
     @staticmethod
     def _gather(tensor: torch.Tensor, index: tuple[torch.Tensor, ...]) -> torch.Tensor:

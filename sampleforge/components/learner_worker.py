@@ -52,6 +52,9 @@ from sampleforge.config.ranges import learner_seed
 from sampleforge.learners.registry import LearnerSite, make_learner_parts
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
+# The checkpoint's entry for the stager's state (the replay), with --save_replay.
+STAGER_KEY = "stager"
+
 
 @dataclass(frozen=True)
 class LearnerEndpoints:
@@ -109,7 +112,7 @@ class LearnerWorker:
         )
         self.learner, self.stager, self.gate = parts.learner, parts.stager, parts.gate
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
-        resumed_from = self._resume() if resume else None
+        resumed_from, note = self._resume() if resume else (None, None)
         self.weights.publish(self.learner.model, self.learner.policy_version)
         if policy_id == 0:  # frozen opponents start as the first policy's initial weights
             for frozen in range(cfg.num_policies, len(weights)):
@@ -118,29 +121,39 @@ class LearnerWorker:
             report_queue,
             [
                 LearnerReady(
-                    policy_id, self.learner.env_steps, self.learner.policy_version, resumed_from
+                    policy_id,
+                    self.learner.env_steps,
+                    self.learner.policy_version,
+                    resumed_from,
+                    note,
                 )
             ],
         )
         self._train_seconds = 0.0
         self._arrived: deque[TrajectoryReady] = deque()
 
-    def _resume(self) -> str | None:
-        """Load the newest valid checkpoint, if any; returns its path."""
+    def _resume(self) -> tuple[str | None, str | None]:
+        """Load the newest valid checkpoint, if any; returns its path, and what it did not
+        hold that a run saving everything would have (for the log)."""
         loaded = self.store.load_latest(map_location=self.learner.device)
         if loaded is None:
-            return None
+            return None, None
         state, path = loaded
+        stager_state = state.pop(STAGER_KEY, None)
         self.learner.load_state_dict(state)
-        return str(path)
+        if stager_state is not None:
+            self.stager.load_lasting_state(stager_state)
+            return str(path), None
+        return str(path), self.stager.unsaved_state_note()
 
     def poll(self, timeout: float) -> None:
         """Stage arrived trajectories and handle commands; train whenever a dataset is complete."""
-        for msg in receive(self.inbox, 0.0 if self._arrived and not self.paused else timeout):
+        busy = not self.paused and (bool(self._arrived) or self.stager.ready())
+        for msg in receive(self.inbox, 0.0 if busy else timeout):
             self._handle(msg)
         if not self.running:
             return  # stopping: don't start another training iteration
-        while self._arrived and not self.stager.ready():
+        while self._arrived and self.stager.has_room():
             self.stager.add(self._arrived.popleft())
         self.stager.return_slots()
         self._gate_sampling()
@@ -148,7 +161,7 @@ class LearnerWorker:
             self._train()
 
     def close(self) -> None:
-        pass
+        self.stager.close()
 
     def snapshot_state(self) -> dict:
         """Training state plus the trajectories staged or waiting, for an exact resume."""
@@ -247,8 +260,12 @@ class LearnerWorker:
 
     def _save(self, msg: SaveCheckpoint) -> None:
         self.learner.assert_finite()
+        state = self.learner.state_dict()
+        lasting = self.stager.lasting_state() if self.cfg.save_replay else None
+        if lasting is not None:
+            state[STAGER_KEY] = lasting
         path = self.store.save(
-            self.learner.state_dict(),
+            state,
             env_steps=self.learner.env_steps,
             policy_version=self.learner.policy_version,
             mean_return=msg.mean_return,

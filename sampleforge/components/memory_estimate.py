@@ -6,10 +6,9 @@ space:
 - the shared trajectory buffer (`buffers/trajectory_buffer.py`): `num_slots x (T + 1) x rows`
   steps of observations, actions, recurrent state and per-step scalars, in host shared memory
   (torch places it in /dev/shm);
-- each learner's staging area (`learners/batcher.py`): a dataset's trajectories plus one
-  slot's rows, every field of a step, on the learner's device;
-- with single-sample minibatches (`learner.trains_on_samples`) the learner's per-step copy of
-  each dataset with its advantages and targets, and the minibatch copied out of either;
+- each learner's staging (its family's, `learners/registry.py: staging_estimate`): for an
+  on-policy learner a dataset's trajectories plus one slot's rows, its per-step copy with
+  single-sample minibatches and the minibatch; for a value-based one its replay, full;
 - the published weights (`buffers/shared_weights.py`): two flat copies per trained policy and
   one per frozen snapshot.
 
@@ -32,7 +31,7 @@ import torch
 
 from sampleforge.buffers.trajectory_buffer import TrajectoryLayout
 from sampleforge.config import Config, ConfigError
-from sampleforge.learners.actor_critic import trains_on_samples
+from sampleforge.learners.registry import staging_estimate
 
 SHARED_MEMORY_DIR = "/dev/shm"
 
@@ -66,39 +65,18 @@ class MemoryEstimate:
         return 0 if self.learner_on_host else self.learner_datasets + self.weights
 
 
-def step_bytes(layout: TrajectoryLayout) -> int:
-    """Bytes of one step of one row of the trajectory buffer (and of a staged dataset)."""
-    return layout.nbytes() // (layout.num_slots * (layout.rollout + 1) * layout.rows_per_slot)
-
-
-def learner_bytes(cfg: Config, layout: TrajectoryLayout) -> int:
-    """What one learner allocates for its data: the batcher's staging area, and the copies
-    made of a dataset and of a minibatch."""
-    per_step = step_bytes(layout)
-    steps = layout.rollout + 1
-    trajectories = cfg.dataset_size // cfg.rollout
-    staging = (trajectories + layout.rows_per_slot) * steps * per_step
-    if not trains_on_samples(cfg):
-        return staging + (cfg.batch_size // cfg.rollout) * steps * per_step
-    # A sample (`batcher.Samples`) holds a step's observation, action, version and policy, and
-    # five float32s as a step does (log-prob, value, valid, advantage and target in place of
-    # reward, done, valid, log-prob and value), but no recurrent state.
-    per_sample = per_step - 4 * layout.rnn_state_size
-    return staging + (cfg.dataset_size + cfg.batch_size) * per_sample
-
-
 def estimate_memory(
     cfg: Config, layout: TrajectoryLayout, weight_numel: tuple[int, int], device: torch.device
 ) -> MemoryEstimate:
     """The bytes of a run of `cfg` whose trajectory buffer has `layout`, whose model has
     `weight_numel` (floating, other) elements, learning on `device`."""
-    slot = (layout.rollout + 1) * layout.rows_per_slot * step_bytes(layout)
+    slot = (layout.rollout + 1) * layout.rows_per_slot * layout.step_bytes()
     sampling = 2 * cfg.num_workers * cfg.worker_num_splits  # slots_needed's first term
     copies = 2 * cfg.num_policies + cfg.num_frozen_opponents  # published + incoming per policy
     return MemoryEstimate(
         sampling_slots=min(sampling, layout.num_slots) * slot,
         dataset_slots=max(layout.num_slots - sampling, 0) * slot,
-        learner_datasets=cfg.num_policies * learner_bytes(cfg, layout),
+        learner_datasets=cfg.num_policies * staging_estimate(cfg, layout).nbytes,
         weights=copies * (4 * weight_numel[0] + 8 * weight_numel[1]),
         learner_on_host=device.type != "cuda",
     )
@@ -167,16 +145,14 @@ def _breakdown(cfg: Config, e: MemoryEstimate) -> str:
     """Which settings size which part, and what to lower: the larger part's settings."""
     datasets = e.dataset_slots + e.learner_datasets
     policies = "policy" if cfg.num_policies == 1 else "policies"
-    dataset_part = (
-        f"datasets of batch_size {cfg.batch_size} x num_batches_per_epoch "
-        f"{cfg.num_batches_per_epoch} for {cfg.num_policies} {policies} take {_size(datasets)}"
-    )
+    staging = staging_estimate(cfg, None)
+    dataset_part = f"{staging.sized_by} for {cfg.num_policies} {policies} take {_size(datasets)}"
     sampling_part = (
         f"sampling slots of num_workers {cfg.num_workers} x num_envs_per_worker "
         f"{cfg.num_envs_per_worker} x rollout {cfg.rollout} take {_size(e.sampling_slots)}"
     )
     if datasets >= e.sampling_slots:
-        return f"{dataset_part}, {sampling_part}; lower batch_size or num_batches_per_epoch"
+        return f"{dataset_part}, {sampling_part}; lower {staging.to_lower}"
     return f"{sampling_part}, {dataset_part}; lower num_workers, num_envs_per_worker or rollout"
 
 

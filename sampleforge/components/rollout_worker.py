@@ -326,6 +326,7 @@ class RolloutWorker:
                 None if len(rows) == every_row else tuple(rows.tolist()),
                 self.worker_index,
                 returns_slot=p == returner,
+                split=split.index,
             )
             for p, rows in rows_of.items()
         }

@@ -301,6 +301,7 @@ def _inference_spec(
             device=device,
             seed=cfg.seed,
             sole_policy=cfg.num_policies + cfg.num_frozen_opponents == 1,
+            splits_per_worker=cfg.worker_num_splits,
         ),
         control_queue=endpoints.control_queue,
         kind="inference_worker",

@@ -4,8 +4,13 @@ Responsible for: the names and families, which the model factory (`models/factor
 learner registry (`learners/registry.py`) dispatch on, so that nothing else in the package
 asks which algorithm runs.
 
-A family shares a model, a learner and its staging and gating: `actor_critic` (APPO, IMPALA,
-A3C: one actor-critic loss, `algo/actor_critic_loss.py`, with different settings).
+A family shares a model, a learner and its staging and gating:
+
+- `actor_critic` (APPO, IMPALA, A3C): one actor-critic loss, `algo/actor_critic_loss.py`, with
+  different settings; datasets of fresh trajectories, sampling bounded by the policy lag.
+- `value_based` (DQN, Rainbow, QR-DQN, IQN, FQF, M-DQN): one Q-network and the TD losses of
+  `algo/q_learning.py`, composed by settings; a replay, sampling held to a replay ratio.
+- `pqn` (PQN): the same Q-network with LayerNorm, Q(lambda) on fresh trajectories, no replay.
 
 Must not: import models, learners or anything above config.
 """
@@ -14,14 +19,28 @@ from __future__ import annotations
 
 from typing import Literal
 
-AlgorithmName = Literal["appo", "impala", "a3c"]
-FamilyName = Literal["actor_critic"]
+AlgorithmName = Literal[
+    "appo", "impala", "a3c", "dqn", "rainbow", "qrdqn", "iqn", "fqf", "mdqn", "pqn"
+]
+FamilyName = Literal["actor_critic", "value_based", "pqn"]
 
 ALGORITHM_FAMILIES: dict[str, FamilyName] = {
     "appo": "actor_critic",
     "impala": "actor_critic",
     "a3c": "actor_critic",
+    "dqn": "value_based",
+    "rainbow": "value_based",
+    "qrdqn": "value_based",
+    "iqn": "value_based",
+    "fqf": "value_based",
+    "mdqn": "value_based",
+    "pqn": "pqn",
 }
+
+
+def family_algorithms(family: FamilyName) -> tuple[str, ...]:
+    """The algorithms of `family`, in the order above."""
+    return tuple(name for name, of in ALGORITHM_FAMILIES.items() if of == family)
 
 
 def algorithm_family(algorithm: str) -> FamilyName:

@@ -11,15 +11,28 @@ import math
 import typing
 from typing import Any, Sequence
 
+from sampleforge.config.algorithms import FamilyName, family_algorithms
 from sampleforge.config.schema import Config, config_fields
 from sampleforge.config.validation import ConfigError, make_config, suggest_name
 
+
+def _algorithms_title(kind: str, families: tuple[FamilyName, ...]) -> str:
+    """'<kind> algorithms (a, b, c)': the algorithms of `families` that read a group's settings."""
+    names = [name for family in families for name in family_algorithms(family)]
+    return f"{kind} algorithms ({', '.join(names)})"
+
+
+# Titles of the help groups (their order: `schema.GROUPS`). An algorithm family's group names
+# the algorithms that read it, as `config/algorithms.py` lists them; PQN is a family of its own
+# that reads the value-based settings.
 _GROUP_TITLES = {
     "experiment": "experiment",
     "stopping": "when to stop",
     "sampling": "sampling (rollout and inference workers)",
     "population": "policies, self-play and population-based training",
-    "learner": "learner and loss",
+    "learner": "learner and optimizer",
+    "actor_critic": _algorithms_title("actor-critic", ("actor_critic",)),
+    "value_based": _algorithms_title("value-based", ("value_based", "pqn")),
     "model": "model",
     "reliability": "faults and recovery",
     "evaluation": "evaluation during training",
@@ -96,7 +109,8 @@ def _metavar(annotation: Any) -> str:
 def add_config_arguments(
     parser: argparse.ArgumentParser, heading: str | None = None, note: str | None = None
 ) -> None:
-    """Add one flag per Config field, grouped as in the schema, defaults shown in --help.
+    """Add one flag per Config field, grouped as in the schema (`schema.GROUPS`), defaults shown
+    in --help.
 
     For commands that only read a run's settings (enjoy, eval, export): `heading` prefixes
     every group title and `note` describes the first, so that the command's own flags, added

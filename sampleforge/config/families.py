@@ -33,6 +33,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from sampleforge.config.algorithm_defaults import value_settings
+from sampleforge.config.algorithms import algorithm_family
 from sampleforge.config.schema import available_cores
 
 FAMILY_NAMES = ("atari", "doom", "continuous", "vector")
@@ -49,9 +51,16 @@ def env_family(env: str) -> str | None:
     return _gymnasium_family(env)
 
 
-def family_settings(family: str, env: str | None = None) -> dict[str, Any]:
-    """The settings of `family` (one of FAMILY_NAMES), and, given the env's name, those that
-    depend on the env within its family (a Doom env's discount, from its frameskip)."""
+def family_settings(
+    family: str | None, env: str | None = None, algorithm: str = "appo"
+) -> dict[str, Any]:
+    """The settings of `family` (one of FAMILY_NAMES) for `algorithm`, and, given the env's
+    name, those that depend on the env within its family (a Doom env's discount, from its
+    frameskip). A value-based algorithm gets its own recipe (`config/algorithm_defaults.py`)."""
+    if algorithm_family(algorithm) != "actor_critic":
+        return value_settings(algorithm, family)
+    if family is None:
+        return {}
     if family == "continuous":
         from sampleforge.envs.mujoco import mujoco_preset
 

@@ -13,6 +13,7 @@ and what is allowed, on one line.
 
 from __future__ import annotations
 
+import functools
 import math
 import types
 import typing
@@ -78,14 +79,30 @@ FLOAT_RANGES: dict[str, FloatRange] = {
     ),
     "max_grad_norm": _NON_NEGATIVE,
     "gamma": _UNIT,
+    # --- actor-critic (`algo/actor_critic_loss.py: check_settings` relies on these) ---------
     "gae_lambda": _UNIT,
-    "vtrace_rho_bar": _NON_NEGATIVE,
-    "vtrace_c_bar": _NON_NEGATIVE,
-    "ppo_clip_ratio": _NON_NEGATIVE,
+    "vtrace_rho_bar": _POSITIVE,
+    "vtrace_c_bar": _POSITIVE,
+    "ppo_clip_ratio": _POSITIVE,
     "ppo_dual_clip": FloatRange(1.0, low_open=True),
     "value_clip": _POSITIVE,
     "value_loss_coeff": _LOSS_WEIGHT,
     "entropy_coeff": _LOSS_WEIGHT,
+    # --- value-based (`algo/q_learning.py: ValueSettings`) ---------------------------------
+    "samples_per_insert": _POSITIVE,
+    "target_tau": FloatRange(0.0, 1.0, low_open=True),
+    "priority_alpha": _NON_NEGATIVE,
+    "priority_beta": _UNIT,
+    "epsilon_start": _UNIT,
+    "epsilon_end": _UNIT,
+    "epsilon_ladder_base": _UNIT,
+    "epsilon_ladder_alpha": _NON_NEGATIVE,
+    "fraction_lr": _NON_NEGATIVE,
+    "munchausen_alpha": _UNIT,
+    "munchausen_tau": _POSITIVE,
+    "munchausen_clip": FloatRange(high=0.0, high_open=True),
+    "q_lambda": _UNIT,
+    # --- the rest of the learner -----------------------------------------------------------
     "reward_scale": FloatRange(
         0.0, 1e6, low_open=True, why="larger ones overflow float32 rewards and returns"
     ),
@@ -98,7 +115,7 @@ FLOAT_RANGES: dict[str, FloatRange] = {
 
 def float_fields() -> list[str]:
     """Names of the schema's float settings (Optional[float] included)."""
-    hints = typing.get_type_hints(Config)
+    hints = config_hints()
     return [f.name for f in config_fields() if _without_none(hints[f.name]) is float]
 
 
@@ -143,8 +160,15 @@ def float_problems(cfg: Config) -> list[str]:
 
 
 def _optional(name: str) -> bool:
-    annotation = typing.get_type_hints(Config)[name]
+    annotation = config_hints()[name]
     return _without_none(annotation) is not annotation
+
+
+@functools.lru_cache(maxsize=1)
+def config_hints() -> dict[str, typing.Any]:
+    """Config's resolved annotations (resolving them costs milliseconds per call; callers
+    must not change the dict)."""
+    return typing.get_type_hints(Config)
 
 
 # [0, 2**32) is the range every seed of numpy (legacy `seed`) and torch is safe in.

@@ -1,9 +1,12 @@
 """The one typed, documented place for every training setting.
 
-`Config` is a flat frozen dataclass; each field carries its help text and group in its metadata,
+`Config` is a frozen dataclass; each field carries its help text and group in its metadata,
 and both the command-line flags (`sampleforge.config.cli_args`) and the Python API keywords are
-derived from it. This module only declares settings: validation lives in `validation.py`, and
-nothing here imports torch, processes or environments.
+derived from it. The hyper-parameters of each algorithm family are declared once, beside its
+loss (`algo/actor_critic_loss.py: ActorCriticSettings`, `algo/q_learning.py: ValueSettings`),
+and `Config` inherits them, so a loss reads them from the config itself; this module declares
+the rest. Validation lives in `validation.py`; nothing here starts processes or builds
+environments (the algorithm modules bring torch).
 
 Defaults follow the Sample Factory paper's Table A.5 (PPO clip 0.1, V-trace rho_bar = c_bar = 1,
 Adam betas and eps, gradient clip 4, rollout 32, entropy 0.003, critic 0.5), except where small
@@ -17,9 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Optional
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
 
+from sampleforge.algo.actor_critic_settings import ActorCriticSettings
+from sampleforge.algo.settings import setting
+from sampleforge.algo.value_settings import ValueSettings
 from sampleforge.config.algorithms import AlgorithmName
 
 DeviceName = Literal["auto", "cpu", "cuda"]
@@ -29,8 +35,6 @@ RnnType = Literal["none", "gru", "lstm"]
 EncoderName = str
 ActivationName = Literal["elu", "relu", "tanh"]
 LrSchedule = Literal["constant", "linear"]
-AdvantageScale = Literal["minibatch", "return_std"]
-ExplorationLoss = Literal["entropy", "symmetric_kl"]
 InitScheme = Literal["ppo", "unit", "unit_uniform"]
 RestartBehavior = Literal["resume", "overwrite"]
 EnvErrorPolicy = Literal["restart", "fail"]
@@ -38,15 +42,25 @@ PbtObjective = Literal["auto", "mean_return", "win_rate"]
 PresetName = Literal["mujoco", "atari", "doom", "duel"]
 
 
-def option(default: Any, help: str, group: str, auto: Optional[Callable[[], Any]] = None) -> Any:
-    """A config field: its default, the `--help` text and the help group it is listed under.
+# A config field: its default, the `--help` text and the help group it is listed under (one
+# implementation for the algorithms' settings and the rest).
+option = setting
 
-    `auto`, if given, computes the value when the user passes the word "auto".
-    """
-    metadata = {"help": help, "group": group, "auto": auto}
-    if isinstance(default, (list, dict)):
-        return field(default_factory=lambda: default, metadata=metadata)
-    return field(default=default, metadata=metadata)
+# The help groups, in the order `--help`, `--print_config` and config.json list them (each
+# algorithm family's group after the learner's, which every family shares).
+GROUPS = (
+    "experiment",
+    "stopping",
+    "sampling",
+    "population",
+    "learner",
+    "actor_critic",
+    "value_based",
+    "model",
+    "reliability",
+    "evaluation",
+    "logging",
+)
 
 
 def available_cores() -> int:
@@ -57,8 +71,13 @@ def available_cores() -> int:
 
 
 @dataclass(frozen=True)
-class Config:
-    """Every setting of a training run. Field names are the CLI flags (`--num_workers 4`)."""
+class Config(ActorCriticSettings, ValueSettings):
+    """Every setting of a training run. Field names are the CLI flags (`--num_workers 4`).
+
+    The algorithms' settings (and `gamma`, which they share) are inherited, never repeated
+    here. Fields are keyword-only in spirit: inheritance puts the base classes' fields first,
+    so never build a Config positionally.
+    """
 
     # --- experiment -----------------------------------------------------------------------------
     env: str = option(
@@ -270,49 +289,6 @@ class Config:
     adam_beta2: float = option(0.999, "Adam beta2.", "learner")
     adam_eps: float = option(1e-6, "Adam epsilon.", "learner")
     max_grad_norm: float = option(4.0, "Gradient-norm clipping threshold (0 disables).", "learner")
-    gamma: float = option(0.99, "Discount factor.", "learner")
-    gae_lambda: float = option(
-        0.95, "GAE lambda (used when V-trace is off, and by a3c).", "learner"
-    )
-    with_vtrace: bool = option(True, "APPO: V-trace targets and advantages (else GAE).", "learner")
-    vtrace_rho_bar: float = option(1.0, "V-trace rho clipping threshold.", "learner")
-    vtrace_c_bar: float = option(1.0, "V-trace c clipping threshold.", "learner")
-    ppo_clip_ratio: float = option(
-        0.1, "PPO clipping: ratios outside [1/(1+x), 1+x] get no gradient.", "learner"
-    )
-    ppo_dual_clip: Optional[float] = option(
-        None,
-        "Dual-clip PPO: where the advantage A < 0 the surrogate is bounded below at x*A "
-        "(x > 1), so a stale sample with a huge ratio cannot dominate an update; None disables.",
-        "learner",
-    )
-    value_clip: Optional[float] = option(
-        None,
-        "Clip value updates around the behaviour values (PPO-style); None disables.",
-        "learner",
-    )
-    value_loss_coeff: float = option(0.5, "Critic loss coefficient.", "learner")
-    entropy_coeff: float = option(
-        0.003, "Weight of the exploration term (see exploration_loss).", "learner"
-    )
-    exploration_loss: ExplorationLoss = option(
-        "entropy",
-        "What entropy_coeff weighs: entropy, the bonus -H(pi); symmetric_kl, the symmetric KL "
-        "of pi to the uniform policy (Sample Factory's Doom setting; discrete actions only), "
-        "which pulls a policy that turns deterministic back where the entropy's pull vanishes.",
-        "learner",
-    )
-    normalize_advantages: bool = option(
-        True, "Normalise advantages (see advantage_scale).", "learner"
-    )
-    advantage_scale: AdvantageScale = option(
-        "minibatch",
-        "How normalize_advantages scales them: minibatch, (A - mean) / std over each "
-        "minibatch (the PPO recipe); return_std, A / the running std of the returns "
-        "(PopArt's policy gradient; needs normalize_returns), which keeps the value noise "
-        "of a minibatch with nothing to learn small instead of scaling it to unit size.",
-        "learner",
-    )
     reward_scale: float = option(
         0.1,
         "Rewards are multiplied by this before learning (keeps value targets near unit scale).",
@@ -429,6 +405,12 @@ class Config:
     )
     save_every_sec: float = option(120.0, "Seconds between periodic checkpoints.", "logging")
     keep_checkpoints: int = option(3, "Periodic checkpoints kept (plus the best).", "logging")
+    save_replay: bool = option(
+        False,
+        "Value-based: put the replay in every checkpoint, so a resume continues with it "
+        "(else the replay refills first). Checkpoints grow by the replay's size.",
+        "logging",
+    )
     tensorboard: bool = option(True, "Write TensorBoard scalars.", "logging")
     with_wandb: bool = option(
         False,
@@ -477,13 +459,19 @@ class Config:
         return 1000.0 * self.num_epochs * self.num_batches_per_epoch / self.dataset_size
 
 
+def _group_rank(f: dataclasses.Field) -> int:
+    group = f.metadata["group"]
+    return GROUPS.index(group) if group in GROUPS else len(GROUPS)
+
+
 def config_fields() -> list[dataclasses.Field]:
-    """The fields of `Config`, in declaration order."""
-    return list(dataclasses.fields(Config))
+    """The fields of `Config`, group by group in the order of GROUPS, each group's fields in
+    the order they are declared (a group not in GROUPS comes last)."""
+    return sorted(dataclasses.fields(Config), key=_group_rank)  # sorted() is stable
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:
-    """A JSON-ready dict of every setting."""
+    """A JSON-ready dict of every setting, in the order of `config_fields`."""
     out = dataclasses.asdict(cfg)
     out["mlp_hidden_sizes"] = list(cfg.mlp_hidden_sizes)
-    return out
+    return {f.name: out[f.name] for f in config_fields()}

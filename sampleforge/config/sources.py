@@ -1,7 +1,8 @@
 """Where each setting comes from: the layers of a resolved config, lowest first.
 
 1. ``default``: the field's default in `Config`.
-2. ``family``: the env family's settings (`config/families.py`), by the env's name.
+2. ``family``: the env family's settings (`config/families.py`), by the env's name, for the
+   algorithm (a value-based algorithm's own, `config/algorithm_defaults.py`).
 3. ``preset``: the settings of ``--preset``.
 4. ``flag``: what the user gave (a CLI flag or a Python keyword). Always wins.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from sampleforge.config.algorithms import ALGORITHM_FAMILIES
 from sampleforge.config.families import env_family, family_settings
 from sampleforge.config.presets import PRESET_NAMES, preset_settings
 from sampleforge.config.schema import Config, config_fields
@@ -36,8 +38,9 @@ def layered_settings(
     sources = dict(config_sources(base)) if base is not None else {}
     values: dict[str, Any] = {}
     env = overrides.get("env", base.env if base is not None else Config.env)
-    if base is None or env != base.env:
-        values.update(_family_layer(env, sources))
+    algorithm = overrides.get("algorithm", base.algorithm if base is not None else "appo")
+    if base is None or env != base.env or algorithm != base.algorithm:
+        values.update(_family_layer(env, algorithm, sources))
     preset = overrides.get("preset")
     if preset in PRESET_NAMES:
         for name, value in preset_settings(preset).items():
@@ -47,11 +50,14 @@ def layered_settings(
     return values, sources
 
 
-def _family_layer(env: Any, sources: dict[str, str]) -> dict[str, Any]:
-    """The family's values for settings no preset or flag set; a setting the previous env's
-    family set and this one does not goes back to its default. Updates `sources`."""
+def _family_layer(env: Any, algorithm: Any, sources: dict[str, str]) -> dict[str, Any]:
+    """The family's values (the env's family, for the algorithm) for settings no preset or
+    flag set; a setting the previous family set and this one does not goes back to its
+    default. Updates `sources`."""
     family = env_family(env) if isinstance(env, str) else None
-    settings = family_settings(family, env) if family else {}
+    if algorithm not in ALGORITHM_FAMILIES:
+        algorithm = "appo"  # validation reports the name
+    settings = family_settings(family, env, algorithm)
     defaults = Config()
     values: dict[str, Any] = {}
     for f in config_fields():

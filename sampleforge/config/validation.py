@@ -14,7 +14,8 @@ import types
 import typing
 from typing import Any, Callable, Iterable, Mapping
 
-from sampleforge.config.ranges import float_problems, seed_problems
+from sampleforge.config.algorithms import ALGORITHM_FAMILIES, FamilyName, family_algorithms
+from sampleforge.config.ranges import FLOAT32_MAX, config_hints, float_problems, seed_problems
 from sampleforge.config.schema import Config, config_fields
 from sampleforge.config.sources import SOURCES_KEY, attach_sources, layered_settings
 
@@ -32,7 +33,7 @@ class ConfigError(ValueError):
 
 
 def _field_types() -> dict[str, Any]:
-    return typing.get_type_hints(Config)
+    return config_hints()
 
 
 def suggest_name(name: str, known: Iterable[str]) -> str:
@@ -211,8 +212,19 @@ _POSITIVE_INTS = (
     "snapshot_every_env_steps",
     "pbt_period_env_steps",
     "learner_torch_threads",
+    # value-based (`algo/q_learning.py: ValueSettings`)
+    "replay_size",
+    "learning_starts",
+    "target_update_period",
+    "exploration_env_steps",
+    "num_quantiles",
 )
 _NON_NEGATIVE_INTS = ("num_frozen_opponents",)
+# A categorical support needs two atoms to span [v_min, v_max]; FQF's proposal two fractions
+# to place a quantile between 0 and 1.
+_AT_LEAST_TWO_INTS = ("num_atoms", "num_fractions")
+# The replay keeps each transition's steps to its bootstrap as uint8 (`buffers/replay.py`).
+MAX_N_STEP = 255
 
 
 def range_problems(cfg: Config) -> list[str]:
@@ -234,6 +246,11 @@ def _value_range_problems(cfg: Config) -> list[str]:
     for name in _NON_NEGATIVE_INTS:
         if getattr(cfg, name) < 0:
             problems.append(f"{name}: {getattr(cfg, name)} must be >= 0")
+    for name in _AT_LEAST_TWO_INTS:
+        if getattr(cfg, name) < 2:
+            problems.append(f"{name}: {getattr(cfg, name)} must be >= 2")
+    if not 1 <= cfg.n_step <= MAX_N_STEP:
+        problems.append(f"n_step: {cfg.n_step} must be in [1, {MAX_N_STEP}]")
     if cfg.sampling_lead_sgd_steps is not None and cfg.sampling_lead_sgd_steps < 0:
         problems.append(
             f"sampling_lead_sgd_steps: {cfg.sampling_lead_sgd_steps} must be >= 0 "
@@ -278,6 +295,10 @@ def experiment_name_problem(name: str) -> str | None:
     return None
 
 
+# Families that learn from a replay: their batches are transitions, not whole trajectories.
+_REPLAY_FAMILIES: tuple[FamilyName, ...] = ("value_based",)
+
+
 def cross_field_problems(cfg: Config) -> list[str]:
     """Rules that tie several settings together."""
     problems = []
@@ -286,7 +307,8 @@ def cross_field_problems(cfg: Config) -> list[str]:
             f"num_envs_per_worker ({cfg.num_envs_per_worker}) must be divisible by "
             f"worker_num_splits ({cfg.worker_num_splits})"
         )
-    if cfg.rollout >= 1 and cfg.batch_size % cfg.rollout:
+    replay = ALGORITHM_FAMILIES.get(cfg.algorithm) in _REPLAY_FAMILIES
+    if cfg.rollout >= 1 and cfg.batch_size % cfg.rollout and not replay:
         problems.append(
             f"batch_size ({cfg.batch_size}) must be a multiple of rollout "
             f"({cfg.rollout}): minibatches hold whole trajectories"
@@ -296,11 +318,49 @@ def cross_field_problems(cfg: Config) -> list[str]:
             "advantage_scale 'return_std' divides by the running std of the returns: it needs "
             "normalize_returns true (or advantage_scale minibatch)"
         )
+    in_float32 = all(abs(v) <= FLOAT32_MAX for v in (cfg.v_min, cfg.v_max))  # else reported
+    if in_float32 and not cfg.v_min < cfg.v_max:
+        problems.append(
+            f"v_min ({cfg.v_min:g}) must be below v_max ({cfg.v_max:g}): they bound the "
+            "categorical head's support"
+        )
     if cfg.with_pbt and cfg.num_policies < 2:
         problems.append(
             f"with_pbt needs a population: num_policies ({cfg.num_policies}) must be >= 2"
         )
     problems += _policy_mapping_problems(cfg)
+    problems += _algorithm_problems(cfg)
+    return problems
+
+
+# Families whose learners take part in PBT (hyperparameter mutation, copying a better policy)
+# and whose policies are snapshotted as frozen opponents; other families' runs refuse both
+# rather than ignore them.
+_POPULATION_FAMILIES: tuple[FamilyName, ...] = ("actor_critic",)
+
+
+def _algorithm_problems(cfg: Config) -> list[str]:
+    """Settings the chosen algorithm cannot honour."""
+    problems = []
+    family = ALGORITHM_FAMILIES.get(cfg.algorithm)  # None: an unknown name, reported already
+    if family is not None and family not in _POPULATION_FAMILIES:
+        fit = ", ".join(a for f in _POPULATION_FAMILIES for a in family_algorithms(f))
+        if cfg.with_pbt:
+            problems.append(
+                f"with_pbt: algorithm {cfg.algorithm!r} does not support population-based "
+                f"training; use with_pbt false, or one of {fit}"
+            )
+        if cfg.num_frozen_opponents:
+            problems.append(
+                f"num_frozen_opponents: algorithm {cfg.algorithm!r} does not support frozen "
+                f"opponents ({cfg.num_frozen_opponents} asked for); use 0 (num_policies > 1 "
+                f"is fine), or one of {fit}"
+            )
+    if cfg.munchausen and cfg.q_head != "scalar":
+        problems.append(
+            f"munchausen applies to the scalar Q head only; got q_head {cfg.q_head!r} "
+            f"(algorithm {cfg.algorithm!r}): use q_head scalar or munchausen false"
+        )
     return problems
 
 

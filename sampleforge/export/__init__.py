@@ -4,6 +4,20 @@ Responsibility: re-export `export_onnx` and its helpers (see ``onnx_export.py``)
 Must not: train, or read checkpoints (the CLI's ``export`` command does).
 """
 
-from sampleforge.export.onnx_export import OnnxExport, PolicyStep, example_inputs, export_onnx
+from sampleforge.export.onnx_export import (
+    OnnxExport,
+    PolicyStep,
+    QPolicyStep,
+    acting_step,
+    example_inputs,
+    export_onnx,
+)
 
-__all__ = ["OnnxExport", "PolicyStep", "example_inputs", "export_onnx"]
+__all__ = [
+    "OnnxExport",
+    "PolicyStep",
+    "QPolicyStep",
+    "acting_step",
+    "example_inputs",
+    "export_onnx",
+]

@@ -1,7 +1,10 @@
 """Exporting a policy's acting step to ONNX, for running it without PyTorch.
 
-Responsibility: wrap an `ActorCritic` in a module whose forward is one acting step with plain
-tensor inputs and outputs, and write it with ``torch.onnx.export``:
+Responsibility: wrap a policy's network (any `Policy` that `models/factory.py:
+make_policy_model` builds) in a module whose forward is one deterministic acting step with
+plain tensor inputs and outputs (`acting_step`), and write it with ``torch.onnx.export``.
+
+An actor-critic (`PolicyStep`):
 
     inputs   one per observation key (``obs`` for a non-Dict space; a Dict space's keys,
              sorted), in the observation dtype (uint8 images stay uint8; discrete parts are
@@ -12,6 +15,13 @@ tensor inputs and outputs, and write it with ``torch.onnx.export``:
              discrete spaces, the raw Gaussian mean for Box, not clipped to the bounds);
              ``action_logits`` [batch, sum of category counts] (discrete) or ``action_mean``
              [batch, A] (Box); ``value`` [batch]; ``new_rnn_state`` [batch, S] (recurrent)
+
+A Q-network of the value-based algorithms (`QPolicyStep`):
+
+    inputs   one per observation key, as above (no recurrent state)
+    outputs  ``action``: the greedy action [batch, 1] (int64), ``q_values`` [batch, A] (the
+             head's expected values: for a distributional head the mean over its atoms or
+             quantiles, at evenly spaced fractions for IQN; noisy layers at their mean weights)
 
 Observation normalisation (``normalize_obs``) is inside the graph. The batch axis is dynamic.
 
@@ -31,6 +41,9 @@ from torch import nn
 
 from sampleforge.models.action_heads import GaussianActionHead
 from sampleforge.models.actor_critic import ActorCritic
+from sampleforge.models.policy import Policy
+from sampleforge.models.q_policy import QPolicy
+from sampleforge.spaces import TensorSpec
 
 DEFAULT_OPSET = 17
 
@@ -58,7 +71,9 @@ class PolicyStep(nn.Module):
     def __init__(self, model: ActorCritic) -> None:
         super().__init__()
         self.model = model
+        self.obs_specs: dict[str, TensorSpec] = dict(model.obs_specs)
         self.obs_keys = tuple(model.obs_specs)
+        self.rnn_state_size = int(model.rnn_state_size)
         self.recurrent = model.rnn_state_size > 0
         self.continuous = isinstance(model.action_head, GaussianActionHead)
 
@@ -92,22 +107,68 @@ class PolicyStep(nn.Module):
         return outputs + ((new_state,) if self.recurrent else ())
 
 
-def example_inputs(model: ActorCritic, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
-    """Zero inputs of the right shapes and dtypes for `PolicyStep(model)`."""
+class QPolicyStep(nn.Module):
+    """One greedy acting step of a `QPolicy` with positional tensor inputs (see module doc)."""
+
+    def __init__(self, model: QPolicy) -> None:
+        super().__init__()
+        self.model = model
+        self.obs_specs: dict[str, TensorSpec] = dict(model.network.obs_specs)
+        self.obs_keys = tuple(self.obs_specs)
+        self.rnn_state_size = 0
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return self.obs_keys
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return ("action", "q_values")
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        q = self.model(dict(zip(self.obs_keys, inputs)))  # normalises observations itself
+        return q.argmax(dim=1, keepdim=True), q
+
+
+# The step of each kind of network; a family whose network is none of these cannot be exported
+# until it gets an entry here.
+_STEPS: dict[type[nn.Module], type[PolicyStep] | type[QPolicyStep]] = {
+    ActorCritic: PolicyStep,
+    QPolicy: QPolicyStep,
+}
+
+
+def acting_step(model: Policy) -> PolicyStep | QPolicyStep:
+    """The deterministic acting step of `model` as a module with positional tensor inputs."""
+    for kind in type(model).__mro__:
+        if kind in _STEPS:
+            return _STEPS[kind](model)  # type: ignore[arg-type]  # the entry is for its kind
+    raise TypeError(
+        f"cannot export a {type(model).__name__}: export knows "
+        f"{', '.join(k.__name__ for k in _STEPS)}"
+    )
+
+
+def example_inputs(model: Policy, batch_size: int = 2) -> tuple[torch.Tensor, ...]:
+    """Zero inputs of the right shapes and dtypes for `acting_step(model)`."""
+    return _zero_inputs(acting_step(model), batch_size)
+
+
+def _zero_inputs(step: PolicyStep | QPolicyStep, batch_size: int) -> tuple[torch.Tensor, ...]:
     inputs = [
-        torch.zeros(batch_size, *spec.shape, dtype=spec.dtype) for spec in model.obs_specs.values()
+        torch.zeros(batch_size, *spec.shape, dtype=spec.dtype) for spec in step.obs_specs.values()
     ]
-    state_size = int(model.rnn_state_size)
-    if state_size:
-        inputs.append(torch.zeros(batch_size, state_size))
+    if step.rnn_state_size:
+        inputs.append(torch.zeros(batch_size, step.rnn_state_size))
     return tuple(inputs)
 
 
 def export_onnx(
-    model: ActorCritic, path: Path | str, *, opset_version: int = DEFAULT_OPSET
+    model: Policy, path: Path | str, *, opset_version: int = DEFAULT_OPSET
 ) -> OnnxExport:
-    """Write `model`'s acting step to `path` as ONNX (see the module docstring for the I/O)."""
-    step = PolicyStep(model.cpu().eval()).eval()
+    """Write `model`'s acting step to `path` as ONNX (see the module docstring for the I/O).
+    Raises TypeError for a network export has no step for."""
+    step = acting_step(model.cpu().eval()).eval()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     names = step.input_names + step.output_names
@@ -120,7 +181,7 @@ def export_onnx(
         warnings.filterwarnings("ignore", message="Exporting a model to ONNX with a batch_size")
         torch.onnx.export(
             step,
-            example_inputs(model),
+            _zero_inputs(step, 2),
             str(path),
             dynamo=False,
             input_names=list(step.input_names),

@@ -23,37 +23,26 @@ import torch
 from torch import nn
 
 from sampleforge.algo.actor_critic_loss import (
+    ActorCriticSettings,
     LossOutput,
-    LossSettings,
     Rollout,
     actor_critic_loss,
     advantages_and_targets,
     loss_from_advantages,
+    uses_vtrace,
 )
 from sampleforge.buffers.step_validity import trainable
+from sampleforge.buffers.trajectory_buffer import TrajectoryLayout
 from sampleforge.config import Config
 from sampleforge.learners.batcher import Dataset, Samples
+from sampleforge.learners.optimization import (
+    NonFiniteTrainingError,
+    clip_gradients,
+    load_model,
+    non_finite_entries,
+)
 from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.factory import make_actor_critic
-
-
-def loss_settings(cfg: Config) -> LossSettings:
-    return LossSettings(
-        algorithm=cfg.algorithm,
-        gamma=cfg.gamma,
-        gae_lambda=cfg.gae_lambda,
-        with_vtrace=cfg.with_vtrace,
-        vtrace_rho_bar=cfg.vtrace_rho_bar,
-        vtrace_c_bar=cfg.vtrace_c_bar,
-        ppo_clip_ratio=cfg.ppo_clip_ratio,
-        ppo_dual_clip=cfg.ppo_dual_clip,
-        value_clip=cfg.value_clip,
-        value_loss_coeff=cfg.value_loss_coeff,
-        entropy_coeff=cfg.entropy_coeff,
-        exploration_loss=cfg.exploration_loss,
-        normalize_advantages=cfg.normalize_advantages,
-        advantage_scale=cfg.advantage_scale,
-    )
 
 
 def _lag_stats(lags: torch.Tensor, max_policy_lag: int) -> dict[str, float]:
@@ -73,12 +62,24 @@ def trains_on_samples(cfg: Config) -> bool:
         cfg.shuffle_samples
         and cfg.rnn == "none"
         and cfg.algorithm == "appo"
-        and not loss_settings(cfg).uses_vtrace
+        and not uses_vtrace(cfg, cfg.algorithm)
     )
 
 
-class NonFiniteTrainingError(RuntimeError):
-    """Training kept producing non-finite losses, gradients or parameters."""
+def actor_critic_staging_bytes(cfg: Config, layout: TrajectoryLayout) -> int:
+    """What one learner allocates for its data: the batcher's staging area, and the copies
+    made of a dataset and of a minibatch."""
+    per_step = layout.step_bytes()
+    steps = layout.rollout + 1
+    trajectories = cfg.dataset_size // cfg.rollout
+    staging = (trajectories + layout.rows_per_slot) * steps * per_step
+    if not trains_on_samples(cfg):
+        return staging + (cfg.batch_size // cfg.rollout) * steps * per_step
+    # A sample (`batcher.Samples`) holds a step's observation, action, version and policy, and
+    # five float32s as a step does (log-prob, value, valid, advantage and target in place of
+    # reward, done, valid, log-prob and value), but no recurrent state.
+    per_sample = per_step - 4 * layout.rnn_state_size
+    return staging + (cfg.dataset_size + cfg.batch_size) * per_sample
 
 
 class ActorCriticLearner:
@@ -105,7 +106,9 @@ class ActorCriticLearner:
             "adam_beta1": cfg.adam_beta1,
         }
         self.optimizer = self._new_optimizer()
-        self.settings = loss_settings(cfg)
+        # The config is the loss's settings (Config inherits ActorCriticSettings); PBT swaps in
+        # a copy with its entropy coefficient (set_hyperparameters).
+        self.settings: ActorCriticSettings = cfg
         self.policy_version = 0
         self.env_steps = 0
         self.skipped_updates = 0
@@ -236,7 +239,9 @@ class ActorCriticLearner:
             dones=dones,
             valids=valids,
         )
-        return actor_critic_loss(self.settings, rollout, self.model.returns_normalizer)
+        return actor_critic_loss(
+            self.cfg.algorithm, self.settings, rollout, self.model.returns_normalizer
+        )
 
     def _prepare_samples(self, data: Dataset) -> "Samples":
         """GAE over every trajectory of `data` on the behaviour values (bootstrapped with the
@@ -249,6 +254,7 @@ class ActorCriticLearner:
             ).values
         behaviour_values = torch.cat([data.values[:-1], bootstrap])
         advantages, targets = advantages_and_targets(
+            algorithm=self.cfg.algorithm,
             settings=self.settings,
             behaviour_values=behaviour_values,
             rewards=rewards,
@@ -281,6 +287,7 @@ class ActorCriticLearner:
             batch.actions.unsqueeze(0),
         )
         return loss_from_advantages(
+            algorithm=self.cfg.algorithm,
             settings=self.settings,
             log_probs=out.log_probs,
             entropy=out.entropy,
@@ -352,9 +359,7 @@ class ActorCriticLearner:
             )
 
     def _clip_gradients(self) -> float:
-        params = [p for p in self.model.parameters() if p.grad is not None]
-        max_norm = self.cfg.max_grad_norm if self.cfg.max_grad_norm > 0 else math.inf
-        return float(nn.utils.clip_grad_norm_(params, max_norm))
+        return clip_gradients(self.model, self.cfg.max_grad_norm)
 
     def _set_learning_rate(self) -> None:
         lr = self.hyperparameters["learning_rate"]
@@ -410,17 +415,7 @@ class ActorCriticLearner:
 
     def assert_finite(self) -> None:
         """Raise if any parameter or optimizer statistic is non-finite (never checkpoint one)."""
-        bad = [
-            name
-            for name, t in self.model.state_dict().items()
-            if t.is_floating_point() and not torch.isfinite(t).all()
-        ]
-        for group in self.optimizer.state.values():
-            bad += [
-                k
-                for k, t in group.items()
-                if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()
-            ]
+        bad = non_finite_entries(self.model, self.optimizer)
         if bad:
             raise NonFiniteTrainingError(
                 f"non-finite values in {', '.join(bad[:5])}; refusing to write a checkpoint"
@@ -432,25 +427,11 @@ class ActorCriticLearner:
         count as lagging."""
         self.policy_version += 1
 
-    def _load_model(self, model_state: dict) -> None:
-        try:
-            self.model.load_state_dict(model_state)
-        except RuntimeError as e:
-            raise ValueError(
-                f"checkpoint does not fit this model ({_first_line(e)}); was it "
-                "written for another env or model config?"
-            ) from None
-
     def load_state_dict(self, state: dict) -> None:
-        self._load_model(state["model"])
+        load_model(self.model, state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.policy_version = int(state["policy_version"])
         self.env_steps = int(state["env_steps"])
         self.skipped_updates = int(state.get("skipped_updates", 0))
         # "hyperparameters" are not restored: a resumed run uses the config's values (which may
         # have been changed on purpose), and with PBT the runner re-sends the population's.
-
-
-def _first_line(error: Exception) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return "; ".join(lines[:2])

@@ -169,6 +169,23 @@ class Batcher:
     def ready(self) -> bool:
         return self.filled >= self.dataset_trajectories
 
+    def has_room(self) -> bool:
+        """Rows beyond the next dataset wait in the inbox (the slots stay the sampler's
+        back-pressure)."""
+        return not self.ready()
+
+    def close(self) -> None:
+        pass
+
+    def lasting_state(self) -> dict | None:
+        return None
+
+    def load_lasting_state(self, state: dict) -> None:
+        raise ValueError("a Batcher keeps nothing across runs")
+
+    def unsaved_state_note(self) -> str | None:
+        return None  # a partly staged dataset is sampled again
+
     def take(self) -> Dataset:
         """The oldest complete dataset. Valid until `consume()` is called."""
         d = self.dataset_trajectories

@@ -83,6 +83,10 @@ class StagesData(Protocol):
         """Trajectories one `take` needs."""
         ...
 
+    def has_room(self) -> bool:
+        """Whether `add` may take another trajectory now (the rest wait in the inbox)."""
+        ...
+
     def add(self, msg: TrajectoryReady) -> None: ...
 
     def return_slots(self) -> None:
@@ -104,6 +108,22 @@ class StagesData(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
+
+    def close(self) -> None:
+        """Release what it holds (threads, memory)."""
+        ...
+
+    def lasting_state(self) -> dict | None:
+        """What of its state outlives the run's processes (a replay), for checkpoints with
+        --save_replay; None: nothing worth keeping (slots and staged rows are not)."""
+        ...
+
+    def load_lasting_state(self, state: dict) -> None: ...
+
+    def unsaved_state_note(self) -> str | None:
+        """What resuming from a checkpoint without this stager's state leaves out, for the log
+        (None: nothing that matters)."""
+        ...
 
 
 class GatesSampling(Protocol):

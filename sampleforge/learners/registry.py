@@ -14,19 +14,31 @@ Must not: touch processes or queues (the learner worker does).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, cast
 
 import gymnasium as gym
 import torch
 
+from sampleforge.buffers.rate_limiter import SampleToInsertRatio
+from sampleforge.buffers.replay import ReplayBuffer
+from sampleforge.buffers.replay_layout import estimate_replay_bytes
+from sampleforge.buffers.replay_sampler import BackgroundSampler
 from sampleforge.buffers.slot_pool import SlotPool
-from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
+from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
 from sampleforge.config import Config
 from sampleforge.config.algorithms import algorithm_family
-from sampleforge.learners.actor_critic import ActorCriticLearner
+from sampleforge.config.ranges import learner_seed
+from sampleforge.learners.actor_critic import ActorCriticLearner, actor_critic_staging_bytes
 from sampleforge.learners.batcher import Batcher
+from sampleforge.learners.pqn_learner import PQNLearner
+from sampleforge.learners.probe_data import fill_replay, random_dataset
 from sampleforge.learners.protocols import GatesSampling, StagesData, Trains
+from sampleforge.learners.replay_gate import ReplayRatioGate
+from sampleforge.learners.replay_stager import ReplayStager
 from sampleforge.learners.sampling_gate import SamplingGate
+from sampleforge.learners.value_learner import ValueLearner
+from sampleforge.models.factory import make_q_policy
+from sampleforge.spaces import action_spec, observation_specs
 
 
 @dataclass(frozen=True)
@@ -51,16 +63,9 @@ class LearnerSite:
     slots: SlotPool
 
 
-def _make_actor_critic(cfg: Config, site: LearnerSite) -> LearnerParts:
-    """On-policy: datasets of whole trajectories, sampling gated by the policy lag."""
-    learner = ActorCriticLearner(
-        cfg,
-        site.observation_space,
-        site.action_space,
-        site.device,
-        site.frameskip,
-        policy_id=site.policy_id,
-    )
+def _fresh_trajectory_parts(cfg: Config, site: LearnerSite, learner: Trains) -> LearnerParts:
+    """`learner` with a batcher of datasets of whole fresh trajectories and sampling gated by
+    the policy lag (the on-policy families: actor-critic, PQN)."""
     stager = Batcher(
         site.buffer,
         site.slots,
@@ -84,12 +89,255 @@ def _make_actor_critic(cfg: Config, site: LearnerSite) -> LearnerParts:
     return LearnerParts(learner=learner, stager=stager, gate=gate)
 
 
+def _make_actor_critic(cfg: Config, site: LearnerSite) -> LearnerParts:
+    """On-policy: datasets of whole trajectories, sampling gated by the policy lag."""
+    learner = ActorCriticLearner(
+        cfg,
+        site.observation_space,
+        site.action_space,
+        site.device,
+        site.frameskip,
+        policy_id=site.policy_id,
+    )
+    return _fresh_trajectory_parts(cfg, site, learner)
+
+
+def _make_pqn(cfg: Config, site: LearnerSite) -> LearnerParts:
+    """PQN: Q(lambda) on datasets of fresh trajectories, as the actor-critic's (no replay)."""
+    model = make_q_policy(cfg, site.observation_space, site.action_space)
+    learner = PQNLearner(cfg, model, site.device, site.frameskip, site.policy_id)
+    return _fresh_trajectory_parts(cfg, site, learner)
+
+
+# Updates one `train` call makes at most before the learner worker looks at its inbox again.
+_BATCHES_PER_TAKE = 4
+
+
+def _make_value_based(cfg: Config, site: LearnerSite) -> LearnerParts:
+    """Off-policy: a replay of every transition the sampler made, sampled on a thread at the
+    replay ratio, which also bounds sampling."""
+    layout = site.buffer.layout
+    rows = layout.rows_per_slot
+    total_splits = cfg.num_workers * cfg.worker_num_splits
+    replay = ReplayBuffer(
+        capacity=cfg.replay_size,
+        num_streams=total_splits * rows,
+        obs_specs=layout.obs_specs,
+        action_spec=layout.action_spec,
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
+        prioritized=cfg.prioritized_replay,
+        alpha=cfg.priority_alpha,
+        beta=cfg.priority_beta,
+    )
+    transitions_per_slot = cfg.rollout * rows
+    ratio = cfg.samples_per_insert
+    # Room for every split's slot in flight at once, twice over, and a few batches: sampling
+    # and learning then overlap, while the ratio holds over any longer stretch.
+    error_buffer = max(2.0 * ratio * transitions_per_slot * total_splits, 4.0 * cfg.batch_size)
+    limiter = SampleToInsertRatio(ratio, cfg.learning_starts, error_buffer)
+    seed = learner_seed(cfg.seed, site.policy_id) if cfg.seed is not None else None
+    sampler = BackgroundSampler(replay, limiter, batch_size=cfg.batch_size, seed=seed)
+    stager = ReplayStager(
+        site.buffer,
+        site.slots,
+        sampler,
+        policy_id=site.policy_id,
+        splits_per_worker=cfg.worker_num_splits,
+        reward_scale=cfg.reward_scale,
+        reward_clip=cfg.reward_clip,
+        batches_per_take=_BATCHES_PER_TAKE,
+    )
+    model = make_q_policy(cfg, site.observation_space, site.action_space)
+    learner = ValueLearner(cfg, model, stager, site.device, site.frameskip, site.policy_id)
+    gate = ReplayRatioGate(site.slots.ledger, site.policy_id, limiter, transitions_per_slot)
+    return LearnerParts(learner=learner, stager=stager, gate=gate)
+
+
 # family name (config/algorithms.py) -> how its parts are built
 FAMILIES: dict[str, Callable[[Config, LearnerSite], LearnerParts]] = {
     "actor_critic": _make_actor_critic,
+    "value_based": _make_value_based,
+    "pqn": _make_pqn,
 }
 
 
 def make_learner_parts(cfg: Config, site: LearnerSite) -> LearnerParts:
     """The learner, stager and gate of `cfg.algorithm`'s family, for the policy at `site`."""
     return FAMILIES[algorithm_family(cfg.algorithm)](cfg, site)
+
+
+# --- training probes: a family's learner alone, for timing its updates (`sampleforge bench`) ---
+
+
+@dataclass(frozen=True)
+class TrainingProbe:
+    """A learner of one family on random data: `train_once` does the learning work of
+    `samples_per_call` agent steps of sampling, in `sgd_steps_per_call` SGD steps. `close`
+    ends whatever the probe started (a replay's sampler thread)."""
+
+    train_once: Callable[[], None]
+    samples_per_call: float
+    sgd_steps_per_call: int
+    close: Callable[[], None]
+
+
+def _nothing() -> None:
+    pass
+
+
+def _dataset_probe(
+    cfg: Config, learner: Trains, observation_space: gym.Space, action_space: gym.Space
+) -> TrainingProbe:
+    """The on-policy families: one call trains on one dataset (all its epochs)."""
+    rnn_state_size = int(getattr(learner.model, "rnn_state_size", 0))
+    data = random_dataset(cfg, observation_space, action_space, rnn_state_size, learner.device)
+
+    def train_once() -> None:
+        learner.train(data, _nothing)
+
+    return TrainingProbe(
+        train_once=train_once,
+        samples_per_call=float(cfg.dataset_size),
+        sgd_steps_per_call=learner.sgd_steps_per_dataset,
+        close=_nothing,
+    )
+
+
+def _actor_critic_probe(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> TrainingProbe:
+    learner = ActorCriticLearner(cfg, observation_space, action_space, device)
+    return _dataset_probe(cfg, learner, observation_space, action_space)
+
+
+def _pqn_probe(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> TrainingProbe:
+    model = make_q_policy(cfg, observation_space, action_space)
+    return _dataset_probe(cfg, PQNLearner(cfg, model, device), observation_space, action_space)
+
+
+# Streams and transitions of a value-based probe's replay: enough to sample from without
+# repeats dominating, small enough to fill in a moment (sampling cost grows with log size).
+_PROBE_STREAMS = 4
+_PROBE_REPLAY_SIZE = 2048
+
+
+def _value_based_probe(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> TrainingProbe:
+    """One call: the updates the learner worker makes from one take of sampled batches, each
+    batch drawn by the replay's sampler thread as in training. Each update stands for
+    batch_size / samples_per_insert inserted transitions (the ratio the limiter holds)."""
+    slots = max(cfg.n_step + 4, min(cfg.replay_size, _PROBE_REPLAY_SIZE) // _PROBE_STREAMS)
+    replay = ReplayBuffer(
+        capacity=slots * _PROBE_STREAMS,
+        num_streams=_PROBE_STREAMS,
+        obs_specs=observation_specs(observation_space),
+        action_spec=action_spec(action_space),
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
+        prioritized=cfg.prioritized_replay,
+        alpha=cfg.priority_alpha,
+        beta=cfg.priority_beta,
+    )
+    # Sampling never waits for inserts here: the probe times updates, not the ratio.
+    limiter = SampleToInsertRatio(cfg.samples_per_insert, 1, error_buffer=1e15)
+    sampler = BackgroundSampler(replay, limiter, batch_size=cfg.batch_size, seed=0)
+    try:
+        fill_replay(sampler, action_space, cfg.rollout)
+        # The stager is asked only for its sampler, replay, limiter and lags here: nothing
+        # arrives through slots, so it gets no trajectory buffer or slot pool.
+        stager = ReplayStager(
+            cast(SharedTrajectoryBuffer, None),
+            cast(SlotPool, None),
+            sampler,
+            policy_id=0,
+            splits_per_worker=1,
+            reward_scale=cfg.reward_scale,
+            reward_clip=cfg.reward_clip,
+            batches_per_take=_BATCHES_PER_TAKE,
+        )
+        model = make_q_policy(cfg, observation_space, action_space)
+        learner = ValueLearner(cfg, model, stager, device, frameskip=1)
+    except BaseException:
+        sampler.close()
+        raise
+
+    def train_once() -> None:
+        batches = [sampler.get(timeout=60.0) for _ in range(_BATCHES_PER_TAKE)]
+        learner.train(batches, _nothing)
+
+    return TrainingProbe(
+        train_once=train_once,
+        samples_per_call=_BATCHES_PER_TAKE * cfg.batch_size / cfg.samples_per_insert,
+        sgd_steps_per_call=_BATCHES_PER_TAKE,
+        close=sampler.close,
+    )
+
+
+# family name -> how a stand-alone probe of its learner is built
+PROBES: dict[str, Callable[[Config, gym.Space, gym.Space, torch.device], TrainingProbe]] = {
+    "actor_critic": _actor_critic_probe,
+    "value_based": _value_based_probe,
+    "pqn": _pqn_probe,
+}
+
+
+def make_training_probe(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> TrainingProbe:
+    """A learner of `cfg.algorithm`'s family on random data of these spaces, on `device`, for
+    timing its updates; close it after use."""
+    return PROBES[algorithm_family(cfg.algorithm)](cfg, observation_space, action_space, device)
+
+
+@dataclass(frozen=True)
+class StagingEstimate:
+    """What one learner's staging of data takes, and the settings that size it (for the
+    memory check's one-line refusal, `components/memory_estimate.py`)."""
+
+    nbytes: int
+    sized_by: str
+    to_lower: str
+
+
+def _actor_critic_staging(cfg: Config, layout: TrajectoryLayout | None) -> StagingEstimate:
+    return StagingEstimate(
+        nbytes=0 if layout is None else actor_critic_staging_bytes(cfg, layout),
+        sized_by=f"datasets of batch_size {cfg.batch_size} x num_batches_per_epoch "
+        f"{cfg.num_batches_per_epoch}",
+        to_lower="batch_size or num_batches_per_epoch",
+    )
+
+
+def _replay_staging(cfg: Config, layout: TrajectoryLayout | None) -> StagingEstimate:
+    nbytes = 0
+    if layout is not None:
+        nbytes = estimate_replay_bytes(
+            capacity=cfg.replay_size,
+            num_streams=cfg.num_workers * cfg.worker_num_splits * layout.rows_per_slot,
+            obs_specs=layout.obs_specs,
+            action_spec=layout.action_spec,
+            n_step=cfg.n_step,
+        )
+    return StagingEstimate(
+        nbytes=nbytes,
+        sized_by=f"replays of replay_size {cfg.replay_size:,}",
+        to_lower="replay_size",
+    )
+
+
+# family name -> what its learner stages data in
+STAGING: dict[str, Callable[[Config, TrajectoryLayout | None], StagingEstimate]] = {
+    "actor_critic": _actor_critic_staging,
+    "value_based": _replay_staging,
+    "pqn": _actor_critic_staging,
+}
+
+
+def staging_estimate(cfg: Config, layout: TrajectoryLayout | None) -> StagingEstimate:
+    """The bytes one learner of `cfg.algorithm` stages data in, for a run whose trajectory
+    buffer has `layout` (None: only the description)."""
+    return STAGING[algorithm_family(cfg.algorithm)](cfg, layout)

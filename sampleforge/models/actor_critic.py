@@ -176,8 +176,14 @@ class ActorCritic(Policy):
 
     # ------------------------------------------------------------------ entry points
 
-    def act(self, obs: ObsDict, rnn_states: torch.Tensor, deterministic: bool = False) -> ActOutput:
-        """One policy step for B envs.
+    def act(
+        self,
+        obs: ObsDict,
+        rnn_states: torch.Tensor,
+        deterministic: bool = False,
+        env_ids: torch.Tensor | None = None,
+    ) -> ActOutput:
+        """One policy step for B envs (the same policy for every env: ``env_ids`` is unused).
 
         obs: {key: [B, *shape]}; rnn_states: [B, S] (already zeroed by the caller for envs
         that just reset). Returns actions [B, A], log_probs [B], values [B], new states [B, S].

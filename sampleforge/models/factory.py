@@ -13,9 +13,11 @@ import gymnasium as gym
 import torch
 
 from sampleforge.config import Config, ConfigError
-from sampleforge.config.algorithms import algorithm_family
+from sampleforge.config.algorithms import algorithm_family, family_algorithms
 from sampleforge.models.actor_critic import ActorCritic
 from sampleforge.models.policy import Policy
+from sampleforge.models.q_network import make_q_network
+from sampleforge.models.q_policy import Exploration, QPolicy
 from sampleforge.models.registry import check_encoder_sendable
 
 # Settings that change the network's parameter layout: a checkpoint is only valid for these.
@@ -29,6 +31,13 @@ MODEL_SETTINGS = (
     "normalize_obs",
     "normalize_returns",
     "normalize_pixels",
+    "q_head",
+    "dueling",
+    "noisy",
+    "layer_norm",
+    "num_atoms",
+    "num_quantiles",
+    "num_fractions",
 )
 
 
@@ -52,9 +61,43 @@ def make_actor_critic(
     )
 
 
+def make_q_policy(cfg: Config, observation_space: gym.Space, action_space: gym.Space) -> QPolicy:
+    """The Q-network `cfg` describes (its head and extensions: `ValueSettings`), acting with
+    `cfg`'s exploration."""
+    network = make_q_network(
+        observation_space,
+        action_space,
+        head=cfg.q_head,
+        dueling=cfg.dueling,
+        noisy=cfg.noisy,
+        layer_norm=cfg.layer_norm,
+        encoder=cfg.encoder,
+        mlp_hidden_sizes=tuple(cfg.mlp_hidden_sizes),
+        activation=cfg.activation,
+        num_atoms=cfg.num_atoms,
+        v_min=cfg.v_min,
+        v_max=cfg.v_max,
+        num_quantiles=cfg.num_quantiles,
+        num_fractions=cfg.num_fractions,
+        normalize_pixels=cfg.normalize_pixels,
+    )
+    exploration = Exploration(
+        kind="noisy" if cfg.noisy else cfg.exploration,
+        epsilon_start=cfg.epsilon_start,
+        epsilon_end=cfg.epsilon_end,
+        anneal_env_steps=cfg.exploration_env_steps,
+        ladder_base=cfg.epsilon_ladder_base,
+        ladder_alpha=cfg.epsilon_ladder_alpha,
+        num_envs=cfg.num_workers * cfg.num_envs_per_worker,
+    )
+    return QPolicy(network, exploration)
+
+
 # family (config/algorithms.py) -> the network its policies act and learn with
 MODEL_FAMILIES: dict[str, Callable[[Config, gym.Space, gym.Space], Policy]] = {
     "actor_critic": make_actor_critic,
+    "value_based": make_q_policy,
+    "pqn": make_q_policy,
 }
 
 
@@ -67,17 +110,27 @@ def make_policy_model(cfg: Config, observation_space: gym.Space, action_space: g
 def check_model_fits_env(cfg: Config, env) -> None:
     """Build the model once before any process starts: an unknown encoder, or a model setting
     that cannot work with the env's spaces (e.g. a conv encoder on vector observations), is a
-    config error; so is a registered encoder that worker processes could not receive, or the
-    symmetric_kl exploration loss on Box actions."""
+    config error; so is an algorithm whose network cannot act in the env (a Discrete-only
+    value-based algorithm on Box actions: the message names the algorithms that fit), a
+    registered encoder that worker processes could not receive, or the symmetric_kl
+    exploration loss on Box actions."""
     try:
         make_policy_model(cfg, env.observation_space, env.action_space)
     except ConfigError:
         raise  # an unknown encoder: its own one-line message
     except (ValueError, TypeError) as e:
+        fit = _algorithms_that_fit(cfg, env)
+        if fit:  # the settings suit the env; this algorithm's network does not
+            raise ConfigError(
+                [
+                    f"algorithm {cfg.algorithm!r} cannot act in env {cfg.env!r} (actions "
+                    f"{_one_line(env.action_space)}); algorithms that fit it: {', '.join(fit)}"
+                ]
+            ) from None
         raise ConfigError(
             [
                 f"the model settings do not fit env {cfg.env!r} "
-                f"(observations {env.observation_space}): {e}"
+                f"(observations {_one_line(env.observation_space)}): {_one_line(e)}"
             ]
         ) from None
     if cfg.exploration_loss == "symmetric_kl" and isinstance(env.action_space, gym.spaces.Box):
@@ -90,6 +143,27 @@ def check_model_fits_env(cfg: Config, env) -> None:
     problem = None if cfg.serial_mode else check_encoder_sendable(cfg.encoder)
     if problem:
         raise ConfigError([problem])
+
+
+def _algorithms_that_fit(cfg: Config, env) -> list[str]:
+    """The algorithms whose network builds for the env's spaces with `cfg`'s other settings
+    (one build per family: a family shares its network)."""
+    fit: list[str] = []
+    for family in MODEL_FAMILIES:
+        algorithms = family_algorithms(family)  # type: ignore[arg-type]  # a FamilyName key
+        try:
+            make_policy_model(
+                cfg.replace(algorithm=algorithms[0]), env.observation_space, env.action_space
+            )
+        except (ValueError, TypeError):
+            continue
+        fit.extend(algorithms)
+    return fit
+
+
+def _one_line(item: object) -> str:
+    # A Box with per-element bounds prints its arrays over several lines.
+    return " ".join(str(item).split())
 
 
 def resolve_device(name: str) -> torch.device:

@@ -35,8 +35,16 @@ class Policy(nn.Module):
     #: S, the width of the flat recurrent state per env (0 without recurrence).
     rnn_state_size: int = 0
 
-    def act(self, obs: ObsDict, rnn_states: torch.Tensor, deterministic: bool = False) -> ActOutput:
+    def act(
+        self,
+        obs: ObsDict,
+        rnn_states: torch.Tensor,
+        deterministic: bool = False,
+        env_ids: torch.Tensor | None = None,
+    ) -> ActOutput:
         """One step for B envs: obs {key: [B, ...]}, rnn_states [B, S] (zeroed by the caller
         for envs that just reset) -> actions [B, A], log-probabilities [B], values [B] and
-        the next states [B, S]. ``deterministic``: the policy's most likely action."""
+        the next states [B, S]. ``deterministic``: the policy's most likely action.
+        ``env_ids`` [B]: which of the sampler's envs each row is, for a policy that explores
+        differently per env (None: rows 0..B-1)."""
         raise NotImplementedError

@@ -133,6 +133,8 @@ class RunProgress:
                     msg.env_steps,
                     msg.policy_version,
                 )
+            if msg.note:
+                log.info("policy %d: %s", msg.policy_id, msg.note)
         else:  # CheckpointSaved: its counters are the ones a resumed run continues from
             steps = self.env_steps.get(msg.policy_id, 0)
             self.env_steps[msg.policy_id] = max(steps, msg.env_steps)

@@ -40,3 +40,47 @@ def experiment(tmp_path_factory) -> Path:
     )
     assert code == 0
     return train_dir / "cartpole"
+
+
+@pytest.fixture(scope="session")
+def dqn_experiment(tmp_path_factory) -> Path:
+    """train_dir/dqn: 3k env steps of DQN on CartPole-v1 (a light replay ratio), evaluated
+    every 1.5k steps: a value-based run for the policy commands."""
+    train_dir = tmp_path_factory.mktemp("cli_dqn")
+    code = main(
+        [
+            "train",
+            "--algorithm",
+            "dqn",
+            "--env",
+            "CartPole-v1",
+            "--train_dir",
+            str(train_dir),
+            "--experiment",
+            "dqn",
+            "--seed",
+            "1",
+            "--device",
+            "cpu",
+            "--num_workers",
+            "1",
+            "--train_for_env_steps",
+            "3000",
+            "--learning_starts",
+            "500",
+            "--samples_per_insert",
+            "4",
+            "--stop_at_mean_return",
+            "inf",
+            "--eval_every_env_steps",
+            "1500",
+            "--eval_episodes",
+            "2",
+            "--report_every_sec",
+            "60",
+            "--tensorboard",
+            "false",
+        ]
+    )
+    assert code == 0
+    return train_dir / "dqn"

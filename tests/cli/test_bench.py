@@ -105,3 +105,38 @@ def test_the_bench_measures_the_steady_state_without_a_run_s_early_epochs():
     shutil.rmtree(cfg.train_dir)
     assert cfg.early_num_epochs is None and cfg.num_epochs == 1
     assert cfg.sgd_steps_per_1000_samples == pytest.approx(1000 * 4 / 2048)
+
+
+@pytest.mark.timeout(300)
+def test_bench_of_a_value_based_algorithm_reports_its_replay(capsys, monkeypatch):
+    _machine_runs_only_the_bench(monkeypatch)
+    ratio = 4.0  # few updates per insert: thousands of inserts in the short window
+    args = [
+        "--algorithm",
+        "dqn",
+        *SMALL[:-4],
+        "--warmup",
+        "2",
+        "--duration",
+        "3",
+        "--rollout",
+        "8",  # the limiter's slack: 2 slots x 2 splits x 8 steps x 4 envs = 128 inserts
+        "--learning_starts",
+        "256",
+        "--samples_per_insert",
+        str(ratio),
+        "--json",
+    ]
+    assert main(["bench", *args]) == 0
+    out = capsys.readouterr().out
+    data = json.loads(out.strip().splitlines()[-1])
+    for key in ("train_fps", "compute_limit_fps", "sgd_steps_per_sec", "transitions_per_sec"):
+        assert math.isfinite(data[key]) and data[key] > 0, (key, data[key])
+    assert data["replay_bytes_per_transition"] > 0 and data["replay_size"] > 0
+    # Training had started: the limiter held the replay ratio it was given.
+    assert abs(data["samples_per_insert"] - ratio) <= 0.5 * ratio, data["samples_per_insert"]
+    # The learner's cost per sample is that of an update over the inserts it stands for.
+    costs = data["costs_us"]
+    assert costs["learner"] == pytest.approx(costs["sgd_step"] * ratio / 64)  # batch_size 64
+    assert data["sgd_steps_per_1000_samples"] == pytest.approx(1000 * ratio / 64)
+    assert "transitions inserted/s" in out and "samples per insert" in out

@@ -65,9 +65,11 @@ class ScriptedPolicy(nn.Module):
         self.offset = nn.Parameter(torch.zeros(()))
         self.batch_sizes: list[int] = []  # one entry per forward pass
         self.during_forward = None  # a test's callback: what happens while the batch runs
+        self.env_ids: list[torch.Tensor] = []  # one entry per forward pass
 
-    def act(self, obs, rnn_states):
+    def act(self, obs, rnn_states, deterministic=False, env_ids=None):
         self.batch_sizes.append(len(rnn_states))
+        self.env_ids.append(env_ids)
         if self.during_forward is not None:
             self.during_forward()
         x = obs["obs"]
@@ -87,7 +89,12 @@ class Neighbours:
     """The queues and buffers around one inference worker, and helpers to play its neighbours."""
 
     def __init__(
-        self, *, policy_id: int = 0, sole_policy: bool = True, publish_version: int | None = 0
+        self,
+        *,
+        policy_id: int = 0,
+        sole_policy: bool = True,
+        publish_version: int | None = 0,
+        splits_per_worker: int = 1,
     ):
         layout = TrajectoryLayout(
             obs_specs={"obs": TensorSpec((2,), torch.float32)},
@@ -121,6 +128,7 @@ class Neighbours:
             device=torch.device("cpu"),
             seed=0,
             sole_policy=sole_policy,
+            splits_per_worker=splits_per_worker,
         )
         self.rng = np.random.default_rng(0)
         if publish_version is not None:
@@ -198,6 +206,25 @@ def test_writes_every_output_into_the_requested_rows_and_step_only(inference):
             inference.assert_untouched(slot, step, next_state=(slot, step) != (1, 0))
     assert inference.answers(1) == [ActionsReady(split=0, step=1, policy_id=0)]
     assert not inference.answers(0) and not inference.answers(1, generation=1)
+
+
+@pytest.mark.parametrize("sole_policy", [True, False])
+def test_each_row_is_acted_for_with_its_env_index_across_the_sampler(sole_policy):
+    """A policy that explores per env (Ape-X's epsilon ladder) is told which env each row is:
+    (worker x splits_per_worker + split) x rows_per_slot + row, whoever plays the other rows."""
+    inference = Neighbours(sole_policy=sole_policy, splits_per_worker=2)
+    mixed = (0, 1, 0)  # policy 1 plays row 1: not this worker's
+    inference.fill(slot=2, step=1, policy_ids=(0,) * ROWS if sole_policy else mixed)
+    inference.fill(slot=0, step=3)
+    inference.request(
+        InferenceRequested(worker=1, split=1, slot=2, step=1, generation=0),
+        InferenceRequested(worker=0, split=0, slot=0, step=3, generation=0),
+    )
+    inference.worker.poll(0.1)
+    (env_ids,) = inference.worker.model.env_ids
+    first = (1 * 2 + 1) * ROWS  # worker 1, split 1
+    rows = [0, 1, 2] if sole_policy else [0, 2]
+    assert env_ids.tolist() == [first + r for r in rows] + [0, 1, 2]
 
 
 def test_requests_of_several_workers_are_served_in_one_forward_pass(inference):

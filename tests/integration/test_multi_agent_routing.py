@@ -54,7 +54,7 @@ class StaggeredEnv(MultiAgentEnv):
 def _stamp_policy_id(worker, policy_id: int) -> None:
     """The inference worker of `policy_id` acts `policy_id` for every row it serves."""
 
-    def act(obs, rnn_states, deterministic=False):
+    def act(obs, rnn_states, deterministic=False, env_ids=None):
         n = rnn_states.shape[0]
         return ActOutput(
             actions=torch.full((n, 1), policy_id, dtype=torch.int64),

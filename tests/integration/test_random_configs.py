@@ -30,7 +30,7 @@ VALID = {
     "mlp_hidden_sizes": st.sampled_from(["8", "4,4", (16,)]),
     "activation": st.sampled_from(["elu", "relu", "tanh"]),
     "normalize_obs": st.booleans(),
-    "algorithm": st.sampled_from(["appo", "impala", "a3c"]),
+    "algorithm": st.sampled_from(["appo", "impala", "a3c", "dqn", "rainbow", "iqn", "pqn"]),
     "with_vtrace": st.booleans(),
     "value_clip": st.sampled_from([None, 0.2]),
     "ppo_dual_clip": st.sampled_from([None, 3.0]),
@@ -46,8 +46,9 @@ WRONG = st.sampled_from([-1, 0, "x", None, 2.5, [], {}])
 GOOD_SEEDS = st.one_of(st.integers(0, 2**32 - 1 - 1000), st.just(2**32 - 1 - 1000))
 BAD_SEEDS = st.one_of(st.integers(max_value=-1), st.integers(min_value=2**32), st.just(2**64))
 NON_FINITE = st.sampled_from(["nan", "inf", "-inf", 1e300, -1e300, math.nan, math.inf])
-# stop_at_mean_return is set by the test (inf: train for the whole budget).
-FLOATS = sorted(set(float_fields()) - INFINITY_ALLOWED - {"stop_at_mean_return"})
+# The float settings the test sets itself (stop_at_mean_return inf: train for the whole budget).
+SET_BY_THE_TEST = {"stop_at_mean_return", "report_every_sec", "save_every_sec"}
+FLOATS = sorted(set(float_fields()) - INFINITY_ALLOWED - SET_BY_THE_TEST)
 
 
 @st.composite

@@ -10,11 +10,14 @@ import torch
 
 from sampleforge.algo.actor_critic_loss import (
     ALGORITHMS,
+    ActorCriticSettings,
     LossOutput,
-    LossSettings,
     Rollout,
     actor_critic_loss,
+    advantages_and_targets,
+    check_settings,
     loss_from_advantages,
+    uses_vtrace,
 )
 from sampleforge.algo.gae import gae_advantages, n_step_returns
 from sampleforge.algo.losses import (
@@ -27,13 +30,15 @@ from sampleforge.models.normalizer import RunningMeanStd
 
 T, B = 6, 4
 
+Settings = ActorCriticSettings
+# name: (algorithm, settings)
 SETTINGS = {
-    "appo": LossSettings(algorithm="appo"),
-    "appo_gae": LossSettings(algorithm="appo", with_vtrace=False),
-    "appo_value_clip": LossSettings(algorithm="appo", value_clip=0.2, normalize_advantages=False),
-    "impala": LossSettings(algorithm="impala", with_vtrace=False),
-    "a3c": LossSettings(algorithm="a3c", gae_lambda=1.0),
-    "a3c_value_clip": LossSettings(algorithm="a3c", value_clip=0.5),
+    "appo": ("appo", Settings()),
+    "appo_gae": ("appo", Settings(with_vtrace=False)),
+    "appo_value_clip": ("appo", Settings(value_clip=0.2, normalize_advantages=False)),
+    "impala": ("impala", Settings(with_vtrace=False)),
+    "a3c": ("a3c", Settings(gae_lambda=1.0)),
+    "a3c_value_clip": ("a3c", Settings(value_clip=0.5)),
 }
 
 
@@ -52,12 +57,14 @@ def make_batch(seed: int = 0, log_ratio_scale: float = 0.3) -> dict[str, torch.T
     }
 
 
-def run(settings: LossSettings, batch: dict, valids=None) -> tuple[LossOutput, dict]:
+def run(
+    algorithm: str, settings: ActorCriticSettings, batch: dict, valids=None
+) -> tuple[LossOutput, dict]:
     """Loss plus the gradients w.r.t. the network outputs."""
     inputs = {k: v.clone() for k, v in batch.items()}
     for key in ("log_probs", "entropy", "values"):
         inputs[key].requires_grad_(True)
-    out = actor_critic_loss(settings, Rollout(valids=valids, **inputs))
+    out = actor_critic_loss(algorithm, settings, Rollout(valids=valids, **inputs))
     out.total.backward()
     grads = {key: inputs[key].grad for key in ("log_probs", "entropy", "values")}
     return out, grads
@@ -65,7 +72,7 @@ def run(settings: LossSettings, batch: dict, valids=None) -> tuple[LossOutput, d
 
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_finite_scalars_and_metrics(name: str) -> None:
-    out, grads = run(SETTINGS[name], make_batch(1))
+    out, grads = run(*SETTINGS[name], make_batch(1))
     for tensor in (out.total, out.policy_loss, out.value_loss, out.entropy):
         assert tensor.dim() == 0 and torch.isfinite(tensor)
     assert out.entropy > 0
@@ -87,8 +94,8 @@ def test_finite_scalars_and_metrics(name: str) -> None:
 
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_total_composition(name: str) -> None:
-    settings = SETTINGS[name]
-    out, _ = run(settings, make_batch(2))
+    algorithm, settings = SETTINGS[name]
+    out, _ = run(algorithm, settings, make_batch(2))
     expected = (
         out.policy_loss
         + settings.value_loss_coeff * out.value_loss
@@ -99,14 +106,36 @@ def test_total_composition(name: str) -> None:
 
 def test_invalid_algorithm_raises_with_name() -> None:
     with pytest.raises(ValueError, match="ppo2") as info:
-        LossSettings(algorithm="ppo2")
+        actor_critic_loss("ppo2", Settings(), Rollout(**make_batch()))
     for allowed in ALGORITHMS:
         assert allowed in str(info.value)
 
-    smuggled = LossSettings(algorithm="appo")
-    object.__setattr__(smuggled, "algorithm", "reinforce")
-    with pytest.raises(ValueError, match="reinforce"):
-        actor_critic_loss(smuggled, Rollout(**make_batch()))
+
+def _loss_entry_points(algorithm: str, settings: ActorCriticSettings) -> list:
+    """Each public function of the loss, called on `settings`, as a thunk."""
+    batch = make_batch()
+    rows = {k: batch[k][:-1] if k in ("values", "behaviour_values") else batch[k] for k in batch}
+    return [
+        lambda: actor_critic_loss(algorithm, settings, Rollout(**batch)),
+        lambda: loss_from_advantages(
+            algorithm=algorithm,
+            settings=settings,
+            log_probs=rows["log_probs"],
+            entropy=rows["entropy"],
+            values=rows["values"],
+            behaviour_log_probs=rows["behaviour_log_probs"],
+            behaviour_values=rows["behaviour_values"],
+            advantages=rows["rewards"],
+            targets=rows["rewards"],
+        ),
+        lambda: advantages_and_targets(
+            algorithm=algorithm,
+            settings=settings,
+            behaviour_values=batch["behaviour_values"],
+            rewards=batch["rewards"],
+            dones=batch["dones"],
+        ),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -116,22 +145,42 @@ def test_invalid_algorithm_raises_with_name() -> None:
         ("gae_lambda", -0.1),
         ("ppo_clip_ratio", 0.0),
         ("vtrace_c_bar", -1.0),
+        ("vtrace_rho_bar", 0.0),
         ("value_clip", 0.0),
+        ("ppo_dual_clip", 1.0),
+        ("exploration_loss", "kl"),
+        ("advantage_scale", "dataset"),
     ],
 )
-def test_invalid_settings_raise(field: str, value: float) -> None:
-    with pytest.raises(ValueError, match=field):
-        LossSettings(algorithm="appo", **{field: value})
+def test_invalid_settings_raise(field: str, value: object) -> None:
+    # Settings are plain data (a config holding bad values reports them as a ConfigError);
+    # every entry point of the loss refuses them.
+    settings = Settings(**{field: value})
+    for call in _loss_entry_points("appo", settings):
+        with pytest.raises(ValueError, match=field):
+            call()
+
+
+def test_the_checks_pass_the_defaults_and_every_algorithm() -> None:
+    for algorithm in ALGORITHMS:
+        check_settings(Settings(), algorithm)
+
+
+def test_uses_vtrace_depends_on_the_algorithm() -> None:
+    assert uses_vtrace(Settings(), "appo") and uses_vtrace(Settings(), "impala")
+    assert not uses_vtrace(Settings(with_vtrace=False), "appo")
+    assert uses_vtrace(Settings(with_vtrace=False), "impala")
+    assert not uses_vtrace(Settings(), "a3c")
 
 
 def test_settings_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
-        SETTINGS["appo"].gamma = 0.5  # type: ignore[misc]
+        SETTINGS["appo"][1].gamma = 0.5  # type: ignore[misc]
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
 def test_masked_entries_do_not_affect_the_loss(name: str) -> None:
-    settings = SETTINGS[name]
+    algorithm, settings = SETTINGS[name]
     batch = make_batch(3)
     valids = torch.ones(T, B)
     valids[2, 0] = 0.0
@@ -157,8 +206,8 @@ def test_masked_entries_do_not_affect_the_loss(name: str) -> None:
     changed["behaviour_values"] = wild("behaviour_values", 1e6, no_bootstrap_rows)
     assert no_bootstrap_rows.sum() == 3
 
-    base, base_grads = run(settings, batch, valids)
-    out, grads = run(settings, changed, valids)
+    base, base_grads = run(algorithm, settings, batch, valids)
+    out, grads = run(algorithm, settings, changed, valids)
     for attr in ("total", "policy_loss", "value_loss", "entropy"):
         torch.testing.assert_close(getattr(out, attr), getattr(base, attr))
     for key in ("approx_kl", "clip_fraction", "mean_rho", "mean_advantage"):
@@ -173,8 +222,8 @@ def test_masking_changes_the_loss() -> None:
     batch = make_batch(4)
     valids = torch.ones(T, B)
     valids[:3] = 0.0
-    settings = SETTINGS["appo"]
-    assert not torch.allclose(run(settings, batch)[0].total, run(settings, batch, valids)[0].total)
+    case = SETTINGS["appo"]
+    assert not torch.allclose(run(*case, batch)[0].total, run(*case, batch, valids)[0].total)
 
 
 @pytest.mark.parametrize("name", list(SETTINGS))
@@ -182,7 +231,7 @@ def test_masking_changes_the_loss() -> None:
 def test_extreme_log_ratios_finite(name: str, log_ratio: float) -> None:
     batch = make_batch(5)
     batch["log_probs"] = batch["behaviour_log_probs"] + log_ratio
-    out, grads = run(SETTINGS[name], batch)
+    out, grads = run(*SETTINGS[name], batch)
     assert torch.isfinite(out.total)
     for grad in grads.values():
         assert torch.isfinite(grad).all()
@@ -192,7 +241,7 @@ def _current_values(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     return batch["values"][:-1], batch["values"][-1]
 
 
-def _vtrace(batch: dict[str, torch.Tensor], settings: LossSettings):
+def _vtrace(batch: dict[str, torch.Tensor], settings: ActorCriticSettings):
     """The current values and V-trace targets that `settings` should give on `batch`."""
     values, bootstrap = _current_values(batch)
     return values, vtrace_targets(
@@ -211,15 +260,14 @@ def _vtrace(batch: dict[str, torch.Tensor], settings: LossSettings):
 @pytest.mark.parametrize("with_vtrace", [True, False])
 def test_impala_uses_vtrace_and_plain_policy_gradient(with_vtrace: bool) -> None:
     batch = make_batch(6, log_ratio_scale=1.0)
-    settings = LossSettings(
-        algorithm="impala",
+    settings = Settings(
         with_vtrace=with_vtrace,
         normalize_advantages=False,
         vtrace_rho_bar=1.2,
         vtrace_c_bar=0.8,
     )
     values, vtrace = _vtrace(batch, settings)
-    out, _ = run(settings, batch)
+    out, _ = run("impala", settings, batch)
     torch.testing.assert_close(
         out.policy_loss,
         policy_gradient_loss(log_probs=batch["log_probs"], advantages=vtrace.pg_advantages),
@@ -229,9 +277,9 @@ def test_impala_uses_vtrace_and_plain_policy_gradient(with_vtrace: bool) -> None
 
 def test_appo_with_vtrace_uses_vtrace_and_clipping() -> None:
     batch = make_batch(7, log_ratio_scale=1.0)
-    settings = LossSettings(algorithm="appo", normalize_advantages=False, ppo_clip_ratio=0.2)
+    settings = Settings(normalize_advantages=False, ppo_clip_ratio=0.2)
     values, vtrace = _vtrace(batch, settings)
-    out, _ = run(settings, batch)
+    out, _ = run("appo", settings, batch)
     expected_policy = ppo_clipped_policy_loss(
         log_probs=batch["log_probs"],
         behaviour_log_probs=batch["behaviour_log_probs"],
@@ -245,9 +293,9 @@ def test_appo_with_vtrace_uses_vtrace_and_clipping() -> None:
 
 def test_appo_dual_clip_reaches_the_surrogate_and_only_lowers_the_loss() -> None:
     batch = make_batch(7, log_ratio_scale=3.0)  # ratios up to e^3 on some negative advantages
-    plain, _ = run(LossSettings(algorithm="appo", normalize_advantages=False), batch)
-    settings = LossSettings(algorithm="appo", normalize_advantages=False, ppo_dual_clip=1.5)
-    out, _ = run(settings, batch)
+    plain, _ = run("appo", Settings(normalize_advantages=False), batch)
+    settings = Settings(normalize_advantages=False, ppo_dual_clip=1.5)
+    out, _ = run("appo", settings, batch)
     values, vtrace = _vtrace(batch, settings)
     expected_policy = ppo_clipped_policy_loss(
         log_probs=batch["log_probs"],
@@ -262,7 +310,7 @@ def test_appo_dual_clip_reaches_the_surrogate_and_only_lowers_the_loss() -> None
 
 def test_appo_without_vtrace_uses_gae_on_behaviour_values() -> None:
     batch = make_batch(8)
-    settings = LossSettings(algorithm="appo", with_vtrace=False, normalize_advantages=False)
+    settings = Settings(with_vtrace=False, normalize_advantages=False)
     advantages, returns = gae_advantages(
         rewards=batch["rewards"],
         values=batch["behaviour_values"][:-1],
@@ -271,7 +319,7 @@ def test_appo_without_vtrace_uses_gae_on_behaviour_values() -> None:
         gamma=settings.gamma,
         lambda_=settings.gae_lambda,
     )
-    out, _ = run(settings, batch)
+    out, _ = run("appo", settings, batch)
     expected_policy = ppo_clipped_policy_loss(
         log_probs=batch["log_probs"],
         behaviour_log_probs=batch["behaviour_log_probs"],
@@ -286,7 +334,7 @@ def test_appo_without_vtrace_uses_gae_on_behaviour_values() -> None:
 
 def test_a3c_uses_n_step_returns_from_current_values_without_importance_weights() -> None:
     batch = make_batch(9, log_ratio_scale=1.0)
-    settings = LossSettings(algorithm="a3c", gae_lambda=1.0, normalize_advantages=False)
+    settings = Settings(gae_lambda=1.0, normalize_advantages=False)
     values, bootstrap = _current_values(batch)
     returns = n_step_returns(
         rewards=batch["rewards"],
@@ -294,7 +342,7 @@ def test_a3c_uses_n_step_returns_from_current_values_without_importance_weights(
         dones=batch["dones"],
         gamma=settings.gamma,
     )
-    out, _ = run(settings, batch)
+    out, _ = run("a3c", settings, batch)
     torch.testing.assert_close(out.value_loss, value_loss(values=values, targets=returns))
     torch.testing.assert_close(
         out.policy_loss,
@@ -306,20 +354,20 @@ def test_a3c_uses_n_step_returns_from_current_values_without_importance_weights(
         behaviour_log_probs=batch["behaviour_log_probs"] - 3.0,
         behaviour_values=batch["behaviour_values"] + 5.0,
     )
-    torch.testing.assert_close(run(settings, other)[0].total, out.total)
+    torch.testing.assert_close(run("a3c", settings, other)[0].total, out.total)
 
 
 def test_on_policy_metrics() -> None:
     batch = make_batch(10)
     batch["log_probs"] = batch["behaviour_log_probs"].clone()
-    out, _ = run(SETTINGS["appo"], batch)
+    out, _ = run(*SETTINGS["appo"], batch)
     assert out.metrics["approx_kl"] == pytest.approx(0.0, abs=1e-7)
     assert out.metrics["clip_fraction"] == 0.0
     assert out.metrics["mean_rho"] == pytest.approx(1.0)
 
 
 def test_bootstrap_row_gets_no_gradient() -> None:
-    _, grads = run(SETTINGS["appo"], make_batch(11))
+    _, grads = run(*SETTINGS["appo"], make_batch(11))
     assert (grads["values"][-1] == 0).all()
     assert (grads["values"][:-1] != 0).any()
 
@@ -327,9 +375,9 @@ def test_bootstrap_row_gets_no_gradient() -> None:
 def test_shape_errors() -> None:
     batch = make_batch()
     with pytest.raises(ValueError, match="values"):
-        actor_critic_loss(SETTINGS["appo"], Rollout(**dict(batch, values=batch["values"][:-1])))
+        actor_critic_loss(*SETTINGS["appo"], Rollout(**dict(batch, values=batch["values"][:-1])))
     with pytest.raises(ValueError, match="valids"):
-        actor_critic_loss(SETTINGS["a3c"], Rollout(valids=torch.ones(T + 1, B), **batch))
+        actor_critic_loss(*SETTINGS["a3c"], Rollout(valids=torch.ones(T + 1, B), **batch))
 
 
 # --- advantage scale ------------------------------------------------------------------------
@@ -339,11 +387,14 @@ def _returns_stats(std: float) -> RunningMeanStd:
     return stats
 
 
-def _policy_grad(settings: LossSettings, advantages: torch.Tensor, std: float) -> torch.Tensor:
-    """Gradient of the loss w.r.t. the log-probs, on-policy, for the given advantages."""
+def _policy_grad(
+    settings: ActorCriticSettings, advantages: torch.Tensor, std: float
+) -> torch.Tensor:
+    """Gradient of the appo loss w.r.t. the log-probs, on-policy, for the given advantages."""
     batch = make_batch()
     log_probs = batch["behaviour_log_probs"].clone().requires_grad_(True)
     out = loss_from_advantages(
+        algorithm="appo",
         settings=settings,
         log_probs=log_probs,
         entropy=batch["entropy"],
@@ -358,9 +409,9 @@ def _policy_grad(settings: LossSettings, advantages: torch.Tensor, std: float) -
     return log_probs.grad
 
 
-RETURN_STD = LossSettings(algorithm="appo", with_vtrace=False, advantage_scale="return_std")
-MINIBATCH = LossSettings(algorithm="appo", with_vtrace=False)
-UNSCALED = LossSettings(algorithm="appo", with_vtrace=False, normalize_advantages=False)
+RETURN_STD = Settings(with_vtrace=False, advantage_scale="return_std")
+MINIBATCH = Settings(with_vtrace=False)
+UNSCALED = Settings(with_vtrace=False, normalize_advantages=False)
 
 
 def test_return_std_divides_the_advantages_by_the_running_std_of_the_returns() -> None:
@@ -386,6 +437,7 @@ def test_return_std_needs_a_value_normaliser_and_the_scale_is_checked() -> None:
     batch = make_batch()
     with pytest.raises(ValueError, match="return_std"):
         loss_from_advantages(
+            algorithm="appo",
             settings=RETURN_STD,
             log_probs=batch["log_probs"],
             entropy=batch["entropy"],
@@ -396,16 +448,16 @@ def test_return_std_needs_a_value_normaliser_and_the_scale_is_checked() -> None:
             targets=batch["rewards"],
         )
     with pytest.raises(ValueError, match="advantage_scale.*'dataset'"):
-        LossSettings(algorithm="appo", advantage_scale="dataset")
+        check_settings(Settings(advantage_scale="dataset"), "appo")  # type: ignore[arg-type]
 
 
-SYMMETRIC_KL = LossSettings(algorithm="appo", exploration_loss="symmetric_kl", entropy_coeff=0.01)
+SYMMETRIC_KL = Settings(exploration_loss="symmetric_kl", entropy_coeff=0.01)
 
 
 def test_symmetric_kl_replaces_the_entropy_bonus_in_the_total() -> None:
     batch = make_batch(3)
     uniform_kl = (torch.rand(T, B, generator=torch.Generator().manual_seed(3)) * 2).requires_grad_()
-    out = actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=uniform_kl, **batch))
+    out = actor_critic_loss("appo", SYMMETRIC_KL, Rollout(uniform_kl=uniform_kl, **batch))
     expected = out.policy_loss + 0.5 * out.value_loss + 0.01 * uniform_kl.mean()
     torch.testing.assert_close(out.total, expected)
     assert out.metrics["uniform_kl"] == pytest.approx(float(uniform_kl.detach().mean()))
@@ -419,14 +471,16 @@ def test_symmetric_kl_masks_invalid_steps_and_needs_the_kl() -> None:
     valids = torch.ones(T, B)
     valids[:, 0] = 0.0
     kl = torch.rand(T, B)
-    base = actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=kl, valids=valids, **batch))
+    base = actor_critic_loss("appo", SYMMETRIC_KL, Rollout(uniform_kl=kl, valids=valids, **batch))
     kl_changed = kl.clone()
     kl_changed[:, 0] = 100.0
-    masked = actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=kl_changed, valids=valids, **batch))
+    masked = actor_critic_loss(
+        "appo", SYMMETRIC_KL, Rollout(uniform_kl=kl_changed, valids=valids, **batch)
+    )
     torch.testing.assert_close(masked.total, base.total)
     with pytest.raises(ValueError, match="symmetric_kl"):
-        actor_critic_loss(SYMMETRIC_KL, Rollout(**batch))
+        actor_critic_loss("appo", SYMMETRIC_KL, Rollout(**batch))
     with pytest.raises(ValueError, match="uniform_kl must be"):
-        actor_critic_loss(SYMMETRIC_KL, Rollout(uniform_kl=torch.rand(T, B + 1), **batch))
+        actor_critic_loss("appo", SYMMETRIC_KL, Rollout(uniform_kl=torch.rand(T, B + 1), **batch))
     with pytest.raises(ValueError, match="exploration_loss.*'kl'"):
-        LossSettings(algorithm="appo", exploration_loss="kl")
+        check_settings(Settings(exploration_loss="kl"), "appo")  # type: ignore[arg-type]

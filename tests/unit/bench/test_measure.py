@@ -57,17 +57,32 @@ def test_costs_say_where_the_model_was_measured():
     assert measure.compute_costs(cfg, 4, seconds=0.2, rounds=1).device == "cpu"
 
 
+def test_a_value_based_learner_costs_an_update_per_its_share_of_inserts():
+    cfg = make_config(
+        env="CartPole-v1",
+        algorithm="dqn",
+        device="cpu",
+        batch_size=32,
+        samples_per_insert=4.0,
+        mlp_hidden_sizes=[32],
+    )
+    costs = measure.compute_costs(cfg, 4, seconds=0.3, rounds=1)
+    # An update samples 32 transitions, which the replay ratio allows per 8 inserted.
+    assert costs.learner == pytest.approx(costs.sgd_step * 4.0 / 32)
+    assert costs.sgd_steps_per_sample == pytest.approx(4.0 / 32)
+    assert costs.learner > 0 and np.isfinite(costs.learner)
+
+
 @pytest.mark.gpu
 def test_model_costs_are_measured_on_the_training_gpu(monkeypatch):
     seen = []
-    original = measure.ActorCriticLearner
+    original = measure.make_training_probe
 
-    def learner(*args, **kwargs):
-        made = original(*args, **kwargs)
-        seen.append(next(made.model.parameters()).device.type)
-        return made
+    def probe(cfg, observation_space, action_space, device):
+        seen.append(device.type)
+        return original(cfg, observation_space, action_space, device)
 
-    monkeypatch.setattr(measure, "ActorCriticLearner", learner)
+    monkeypatch.setattr(measure, "make_training_probe", probe)
     cfg = make_config(env="CartPole-v1", device="cuda")
     costs = measure.compute_costs(cfg, 32, seconds=0.5, rounds=1)
     assert costs.device.startswith("cuda") and seen == ["cuda"]

@@ -75,3 +75,27 @@ def test_lines_show_the_load_and_the_device():
     text = "\n".join(_report(load_pure_sim=2.0, load_costs=1.0, device="cuda:0").lines())
     assert "2.0 during pure simulation" in text and "1.0 during per-sample costs" in text
     assert "model on cuda:0" in text
+
+
+def test_a_learner_with_a_replay_gets_its_lines_and_keys():
+    report = _report(
+        sgd_steps_per_sec=120.0,
+        transitions_per_sec=960.0,
+        samples_per_insert=7.9,
+        replay_bytes_per_transition=56.0,
+        replay_size=50_000.0,
+        costs_us={"env_step": 7.0, "inference": 3.0, "learner": 5.0, "sgd_step": 40.0},
+    )
+    text = "\n".join(report.lines())
+    assert "960 transitions inserted/s" in text and "120.0 updates/s" in text
+    assert "7.9 samples per insert" in text and "56 bytes per transition" in text
+    assert "(40 us an update)" in text
+    data = json.loads(report.to_json())
+    assert data["samples_per_insert"] == 7.9 and data["replay_bytes_per_transition"] == 56.0
+    assert data["sgd_steps_per_sec"] == 120.0 and data["transitions_per_sec"] == 960.0
+
+
+def test_a_learner_without_a_replay_prints_no_replay_line():
+    data = json.loads(_report().to_json())
+    assert data["samples_per_insert"] is None and data["replay_size"] is None
+    assert "replay" not in "\n".join(_report().lines())

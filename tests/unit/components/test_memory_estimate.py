@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sampleforge.buffers.replay import ReplayBuffer, estimate_replay_bytes
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.components import memory_estimate, wiring
@@ -125,3 +126,42 @@ def test_a_run_that_cannot_fit_is_refused_before_its_folder_or_buffers_exist(tmp
         Runner(cfg)
     assert allocated == []
     assert list(tmp_path.iterdir()) == []  # no experiment folder, no lock file
+
+
+def test_a_replay_beyond_this_machines_memory_is_refused_in_one_line():
+    """Atari frames: 10^10 transitions of a compressed replay cannot fit anywhere."""
+    cfg = make_config(
+        env="atari_pong", algorithm="dqn", replay_size=10**10, num_workers=1, device="cpu"
+    )
+    env = env_info(cfg.env)
+    layout = wiring.trajectory_layout(cfg, env, 0)
+    with pytest.raises(ConfigError) as err:
+        check_memory(cfg, layout, (1000, 0), CPU)
+    message = str(err.value)
+    assert "\n" not in message
+    assert "replays of replay_size 10,000,000,000 for 1 policy take" in message
+    assert "of host memory (" in message and "lower replay_size" in message
+
+
+def test_the_replay_counts_as_the_value_learners_staging():
+    cfg = make_config(**{**SMALL, "algorithm": "dqn", "replay_size": 50_000})
+    env = env_info(cfg.env)
+    layout = wiring.trajectory_layout(cfg, env, 0)
+    estimate = estimate_memory(cfg, layout, (1000, 0), CPU)
+    replay = ReplayBuffer(
+        capacity=cfg.replay_size,
+        num_streams=cfg.num_workers * cfg.worker_num_splits * layout.rows_per_slot,
+        obs_specs=layout.obs_specs,
+        action_spec=layout.action_spec,
+        n_step=cfg.n_step,
+        gamma=cfg.gamma,
+    )
+    assert estimate.learner_datasets == estimate_replay_bytes(
+        capacity=cfg.replay_size,
+        num_streams=replay.num_streams,
+        obs_specs=layout.obs_specs,
+        action_spec=layout.action_spec,
+        n_step=cfg.n_step,
+    )
+    # Vector observations are stored raw: the estimate is what the full replay allocates.
+    assert estimate.learner_datasets >= replay.nbytes()

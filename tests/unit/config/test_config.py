@@ -522,5 +522,13 @@ def test_policy_commands_show_their_own_flags_before_the_training_settings(
     heading = body.index("training settings: experiment:")
     assert "Read from the experiment's config.json" in body
     assert body.index(own_flag) < heading < body.index("--learning_rate")
-    assert "\nlearner and loss:" not in body  # every training group sits under the heading
-    assert "training settings: learner and loss:" in body
+    assert "\nlearner and optimizer:" not in body  # every training group sits under the heading
+    assert "training settings: learner and optimizer:" in body
+
+
+def test_a_replay_batch_need_not_be_a_multiple_of_the_rollout():
+    """Value-based batches are transitions drawn from a replay, not whole trajectories."""
+    cfg = make_config(algorithm="dqn", batch_size=32, rollout=20)
+    assert (cfg.batch_size, cfg.rollout) == (32, 20)
+    with pytest.raises(ConfigError, match="multiple of rollout"):
+        make_config(algorithm="pqn", batch_size=32, rollout=20)

@@ -123,3 +123,84 @@ def test_the_largest_seed_is_the_one_whose_derived_seeds_all_fit(population):
     problem = _refusal(seed=highest + 1, **population)
     assert problem.startswith(f"seed: {highest + 1} must be in [0, {highest}] (or none: random)")
     assert f"add up to {offset} to it" in problem
+
+
+# --- the algorithms' settings ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("gamma", 1.5),
+        ("gae_lambda", -0.1),
+        ("ppo_clip_ratio", 0.0),
+        ("vtrace_rho_bar", 0.0),
+        ("vtrace_c_bar", 0.0),
+        ("ppo_dual_clip", 1.0),
+        ("value_clip", 0.0),
+    ],
+)
+def test_the_config_refuses_what_the_actor_critic_loss_would_refuse(name, bad):
+    # Before the learner starts, in one line, not as a ValueError from its first loss.
+    from sampleforge.algo.actor_critic_loss import ActorCriticSettings, check_settings
+
+    with pytest.raises(ValueError, match=name):
+        check_settings(ActorCriticSettings(**{name: bad}), "appo")
+    assert _refusal(**{name: bad}).startswith(f"{name}: {bad:g} must be ")
+
+
+@pytest.mark.parametrize(
+    "name, bad, message",
+    [
+        ("n_step", 0, "n_step: 0 must be in [1, 255]"),
+        ("n_step", 256, "n_step: 256 must be in [1, 255]"),
+        ("replay_size", 0, "replay_size: 0 must be >= 1"),
+        ("learning_starts", 0, "learning_starts: 0 must be >= 1"),
+        ("samples_per_insert", 0, "samples_per_insert: 0 must be > 0"),
+        ("target_update_period", 0, "target_update_period: 0 must be >= 1"),
+        ("target_tau", 0, "target_tau: 0 must be in (0, 1]"),
+        ("target_tau", 1.5, "target_tau: 1.5 must be in (0, 1]"),
+        ("priority_alpha", -0.5, "priority_alpha: -0.5 must be >= 0"),
+        ("priority_beta", 1.5, "priority_beta: 1.5 must be in [0, 1]"),
+        ("epsilon_start", 1.5, "epsilon_start: 1.5 must be in [0, 1]"),
+        ("epsilon_end", -0.1, "epsilon_end: -0.1 must be in [0, 1]"),
+        ("epsilon_ladder_base", 2, "epsilon_ladder_base: 2 must be in [0, 1]"),
+        ("exploration_env_steps", 0, "exploration_env_steps: 0 must be >= 1"),
+        ("epsilon_ladder_alpha", -1, "epsilon_ladder_alpha: -1 must be >= 0"),
+        ("num_atoms", 1, "num_atoms: 1 must be >= 2"),
+        ("num_quantiles", 0, "num_quantiles: 0 must be >= 1"),
+        ("num_fractions", 1, "num_fractions: 1 must be >= 2"),
+        ("fraction_lr", -1e-9, "fraction_lr: -1e-09 must be >= 0"),
+        ("munchausen_alpha", 1.5, "munchausen_alpha: 1.5 must be in [0, 1]"),
+        ("munchausen_tau", 0, "munchausen_tau: 0 must be > 0"),
+        ("munchausen_clip", 0, "munchausen_clip: 0 must be < 0"),
+        ("q_lambda", 1.5, "q_lambda: 1.5 must be in [0, 1]"),
+    ],
+)
+def test_value_based_settings_out_of_range_are_refused_in_one_line(name, bad, message):
+    assert _refusal(**{name: bad}) == message
+
+
+@pytest.mark.parametrize(
+    "name, edge",
+    [
+        ("n_step", 1),
+        ("n_step", 255),
+        ("learning_starts", 1),
+        ("target_tau", 1.0),
+        ("priority_beta", 1.0),
+        ("epsilon_end", 0.0),
+        ("num_atoms", 2),
+        ("num_fractions", 2),
+        ("fraction_lr", 0.0),
+        ("q_lambda", 0.0),
+        ("munchausen_clip", -1e-6),
+    ],
+)
+def test_value_based_settings_at_their_bounds_are_accepted(name, edge):
+    assert getattr(make_config(**{name: edge}), name) == edge
+
+
+@pytest.mark.parametrize("v_min, v_max", [(10.0, -10.0), (1.0, 1.0)])
+def test_the_categorical_support_must_not_be_empty(v_min, v_max):
+    problem = _refusal(v_min=v_min, v_max=v_max)
+    assert problem.startswith(f"v_min ({v_min:g}) must be below v_max ({v_max:g})")
+    assert make_config(v_min=-1.0, v_max=1.0).v_max == 1.0

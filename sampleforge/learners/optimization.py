@@ -1,0 +1,104 @@
+"""What every learner family's optimizer step shares: gradient clipping, the non-finite checks
+that keep a bad update out of inference and checkpoints (a step undone, `step_unless_non_finite`,
+and counted, `SkippedUpdates`), and loading weights with a clear error.
+
+Must not: know losses, data or processes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from sampleforge.learners.step_undo import StepUndo
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """Training kept producing non-finite losses, gradients or parameters."""
+
+
+def clip_gradients(model: nn.Module, max_grad_norm: float) -> float:
+    """Clip the gradient norm of `model`'s parameters to `max_grad_norm` (0: no clipping);
+    returns the norm before clipping."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    max_norm = max_grad_norm if max_grad_norm > 0 else math.inf
+    return float(nn.utils.clip_grad_norm_(params, max_norm))
+
+
+def non_finite_entries(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:
+    """Names of the model's state and the optimizer's statistics holding a non-finite value."""
+    bad = [
+        name
+        for name, t in model.state_dict().items()
+        if t.is_floating_point() and not torch.isfinite(t).all()
+    ]
+    for group in optimizer.state.values():
+        bad += [
+            k
+            for k, t in group.items()
+            if torch.is_tensor(t) and t.is_floating_point() and not torch.isfinite(t).all()
+        ]
+    return bad
+
+
+def load_model(model: nn.Module, state: dict) -> None:
+    """`model.load_state_dict(state)`, with a one-line ValueError when it does not fit."""
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        raise ValueError(
+            f"checkpoint does not fit this model ({'; '.join(lines[:2])}); was it "
+            "written for another env or model config?"
+        ) from None
+
+
+def step_unless_non_finite(
+    undo: StepUndo,
+    model: nn.Module,
+    optimizers: Sequence[torch.optim.Optimizer],
+    finite: bool,
+) -> bool:
+    """Step every optimizer (gradients already computed and clipped), unless `finite` is
+    False (the loss or the gradient norm was not) or the step leaves a non-finite value in
+    `model`'s parameters or the first optimizer's state, which `undo` then puts back as it was.
+    A step not taken clears the gradients. Returns whether the step was taken."""
+    if finite:
+        # A finite gradient can still make non-finite weights (a huge learning rate): such a
+        # step is undone before anything sees it, and skipped like a non-finite loss.
+        undo.save(model, optimizers[0])
+        for optimizer in optimizers:
+            optimizer.step()
+        finite = undo.finite()
+        if not finite:
+            undo.restore()
+    if not finite:
+        for optimizer in optimizers:
+            optimizer.zero_grad(set_to_none=True)
+    return finite
+
+
+class SkippedUpdates:
+    """Counts the updates skipped for non-finite values; after `limit` in a row, training
+    stops with NonFiniteTrainingError (a run that cannot recover should fail, not idle)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.total = 0
+        self.in_a_row = 0
+
+    def record(self, taken: bool) -> None:
+        """Count one update, taken or skipped; raise after `limit` skips in a row."""
+        if taken:
+            self.in_a_row = 0
+            return
+        self.total += 1
+        self.in_a_row += 1
+        if self.in_a_row >= self.limit:
+            raise NonFiniteTrainingError(
+                f"{self.in_a_row} updates in a row had a non-finite loss, gradient or result "
+                "(each was skipped); check rewards and observations, or lower learning_rate"
+            )

@@ -1,0 +1,360 @@
+"""ValueLearner: the update rule of the value-based algorithms (DQN through Rainbow, QR-DQN,
+IQN, FQF, M-DQN), composed by `ValueSettings`.
+
+Given replay batches (`learners/replay_stager.py`), each one SGD step: the online network
+evaluates the sampled states (and, for Double DQN, the bootstrap states), a target network the
+bootstrap states, and the TD loss of the Q head (`algo/q_learning.py`) is minimised, weighted by
+the replay's importance weights; the per-sample losses go back to the replay as priorities. The
+target network follows the online one every `target_update_period` updates, by a hard copy
+(`target_tau` = 1) or Polyak averaging. After every step the new weights are published through
+`on_sgd_step`, with the env steps trained on, from which inference anneals epsilon.
+
+Must not: touch queues, processes or files; everything resumable is in `state_dict()`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import Callable, cast
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from sampleforge.algo.q_learning import (
+    TDBatch,
+    TDLoss,
+    categorical_td_loss,
+    fqf_fraction_loss,
+    quantile_td_loss,
+    scalar_td_loss,
+)
+from sampleforge.buffers.replay import ReplayBatch
+from sampleforge.config import Config
+from sampleforge.learners.optimization import (
+    NonFiniteTrainingError,
+    SkippedUpdates,
+    clip_gradients,
+    load_model,
+    non_finite_entries,
+    step_unless_non_finite,
+)
+from sampleforge.learners.replay_stager import ReplayStager
+from sampleforge.learners.step_undo import StepUndo
+from sampleforge.models.q_heads import (
+    CategoricalQHead,
+    CategoricalQOutput,
+    FQFOutput,
+    QuantileQOutput,
+)
+from sampleforge.models.q_network import QNetwork
+from sampleforge.models.q_policy import QPolicy
+
+
+class ValueLearner:
+    """A value-based policy's training state and update rule (see the module docstring)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        model: QPolicy,
+        stager: ReplayStager,
+        device: torch.device,
+        frameskip: int,
+        policy_id: int = 0,
+    ):
+        self.cfg = cfg
+        self._model = model.to(device)
+        self._model.network.train()
+        self.target = copy.deepcopy(self.network).to(device)
+        self.target.requires_grad_(False)
+        self.stager = stager
+        self._device = device
+        self.frameskip = frameskip
+        self.policy_id = policy_id
+        self.learning_rate = cfg.learning_rate
+        self.optimizer = self._new_optimizer()
+        self.fraction_optimizer = self._new_fraction_optimizer()
+        self.policy_version = 0
+        self.updates = 0
+        self.skips = SkippedUpdates(cfg.max_consecutive_skipped_updates)
+        self._step_undo = StepUndo()
+
+    # --- Trains ---------------------------------------------------------------------------------
+    @property
+    def model(self) -> QPolicy:
+        return self._model
+
+    @property
+    def network(self) -> QNetwork:
+        return self._model.network
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def env_steps(self) -> int:
+        return self.stager.inserted_steps * self.frameskip
+
+    @property
+    def sgd_steps_per_dataset(self) -> int:
+        return self.stager.batches_per_take
+
+    def train(self, data: list[ReplayBatch], on_sgd_step: Callable[[], None]) -> dict[str, float]:
+        """One SGD step per batch; returns averaged statistics."""
+        self._set_learning_rate()
+        self.stager.sampler.set_beta(self._priority_beta())
+        totals: dict[str, float] = {}
+        for batch in data:
+            for k, v in self._update(batch).items():
+                totals[k] = totals.get(k, 0.0) + v
+            self._model.set_trained_env_steps(self.env_steps)
+            self.stager.current_version = self.policy_version
+            on_sgd_step()
+        out = {k: v / max(len(data), 1) for k, v in totals.items()}
+        out.update(self._report())
+        return out
+
+    def _report(self) -> dict[str, float]:
+        lags = self.stager.take_lags()
+        limiter = self.stager.limiter
+        eps = self._model.epsilons(1, None, torch.device("cpu"))
+        return {
+            "policy_lag/min": float(lags.min()),
+            "policy_lag/mean": float(lags.mean()),
+            "policy_lag/max": float(lags.max()),
+            "learner/lr": self.optimizer.param_groups[0]["lr"],
+            "learner/epsilon": float(eps[0]),
+            "replay/size": float(self.stager.replay.num_sampleable),
+            "replay/samples_per_insert": float(limiter.observed_samples_per_insert),
+            "replay/bytes_per_transition": self.stager.replay.nbytes()
+            / max(1, min(self.stager.inserted_steps, self.cfg.replay_size)),
+            "health/skipped_updates": float(self.skipped_updates),
+        }
+
+    # --- one update -----------------------------------------------------------------------------
+    def _update(self, replay_batch: ReplayBatch) -> dict[str, float]:
+        batch, obs, next_obs = self._to_device(replay_batch)
+        # Checked before the loss: the categorical projection turns a non-finite return or
+        # discount into an out-of-range atom index (an IndexError, not a NaN loss to skip).
+        targets = torch.cat([batch.returns, batch.discounts, batch.weights])
+        if not bool(torch.isfinite(targets).all()):
+            self._step(False)
+            return {"health/non_finite_updates": 1.0}
+        self.network.update_normalizer(obs)
+        self.network.reset_noise()
+        self.target.reset_noise()
+        td = self._td_loss(batch, obs, next_obs)
+        self.optimizer.zero_grad(set_to_none=True)
+        td.loss.backward()
+        grad_norm = clip_gradients(self.network, self.cfg.max_grad_norm)
+        if not self._step(math.isfinite(td.loss.item()) and math.isfinite(grad_norm)):
+            return {"health/non_finite_updates": 1.0}
+        if self.cfg.prioritized_replay:
+            self.stager.sampler.update_priorities(
+                replay_batch.indices, td.priorities.double().cpu().numpy()
+            )
+        self.updates += 1
+        self.policy_version += 1
+        if self.updates % self.cfg.target_update_period == 0:
+            self._update_target()
+        return {
+            "losses/td": td.loss.item(),
+            "learner/q_taken": float(td.q_taken.mean()),
+            "learner/grad_norm": grad_norm,
+        }
+
+    def _to_device(self, b: ReplayBatch) -> tuple[TDBatch, dict[str, Tensor], dict[str, Tensor]]:
+        def tensor(x: np.ndarray) -> Tensor:
+            return torch.from_numpy(np.ascontiguousarray(x)).to(self._device, non_blocking=True)
+
+        batch = TDBatch(
+            actions=tensor(b.actions).long().reshape(-1),
+            returns=tensor(b.returns).float(),
+            discounts=tensor(b.discounts).float(),
+            weights=tensor(b.weights).float(),
+        )
+        obs = {k: tensor(v) for k, v in b.obs.items()}
+        next_obs = {k: tensor(v) for k, v in b.next_obs.items()}
+        return batch, obs, next_obs
+
+    def _td_loss(
+        self, batch: TDBatch, obs: dict[str, Tensor], next_obs: dict[str, Tensor]
+    ) -> TDLoss:
+        cfg, online, target = self.cfg, self.network, self.target
+        both = {k: torch.cat([obs[k], next_obs[k]]) for k in obs}
+        features = online.encode(both)
+        n = batch.actions.shape[0]
+        out = online.head_output(features[:n])
+        with torch.no_grad():
+            next_online_q = online.head_output(features[n:].detach()).q
+            next_target = target(next_obs)
+        if isinstance(out, CategoricalQOutput):
+            assert isinstance(next_target, CategoricalQOutput)
+            return categorical_td_loss(
+                cfg,
+                logits=out.logits,
+                next_online_q=next_online_q,
+                next_target_logits=next_target.logits,
+                support=cast(CategoricalQHead, online.head).support,
+                batch=batch,
+            )
+        if isinstance(out, QuantileQOutput):
+            assert isinstance(next_target, QuantileQOutput)
+            td = quantile_td_loss(
+                cfg,
+                quantiles=out.quantiles,
+                fractions=out.fractions,
+                next_online_q=next_online_q,
+                next_target_quantiles=next_target.quantiles,
+                next_target_q=next_target.q,
+                batch=batch,
+            )
+            if isinstance(out, FQFOutput):
+                td = self._with_fraction_loss(td, features[:n], batch.actions)
+            return td
+        target_q_now = None
+        if cfg.munchausen:
+            with torch.no_grad():
+                target_q_now = target(obs).q
+        return scalar_td_loss(
+            cfg,
+            q=out.q,
+            next_online_q=next_online_q,
+            next_target_q=next_target.q,
+            batch=batch,
+            target_q_now=target_q_now,
+        )
+
+    def _with_fraction_loss(self, td: TDLoss, features: Tensor, actions: Tensor) -> TDLoss:
+        """FQF: the proposal learns by its own loss and optimizer, on features it does not
+        train; the quantile values it reads are constants (Yang et al. 2019, Proposition 1)."""
+        proposal_head = self.network.fraction_head
+        assert proposal_head is not None
+        features = features.detach()
+        proposal = proposal_head(features)
+        with torch.no_grad():
+            at_tau = self.network.head_output(features, proposal.tau[:, 1:-1].detach())
+            at_tau_hat = self.network.head_output(features, proposal.tau_hat.detach())
+        assert isinstance(at_tau, QuantileQOutput) and isinstance(at_tau_hat, QuantileQOutput)
+        loss = fqf_fraction_loss(
+            tau=proposal.tau,
+            quantiles_at_tau=at_tau.quantiles,
+            quantiles_at_tau_hat=at_tau_hat.quantiles,
+            actions=actions,
+        )
+        return TDLoss(loss=td.loss + loss, priorities=td.priorities, q_taken=td.q_taken)
+
+    def _step(self, finite: bool) -> bool:
+        """The optimizer step, unless the loss, the gradient or the result is not finite."""
+        optimizers = [o for o in (self.optimizer, self.fraction_optimizer) if o is not None]
+        taken = step_unless_non_finite(self._step_undo, self.network, optimizers, finite)
+        self.skips.record(taken)
+        return taken
+
+    @property
+    def skipped_updates(self) -> int:
+        return self.skips.total
+
+    @torch.no_grad()
+    def _update_target(self) -> None:
+        tau = self.cfg.target_tau
+        for target, online in zip(self.target.parameters(), self.network.parameters()):
+            target.lerp_(online, tau)
+        for target_buffer, online_buffer in zip(self.target.buffers(), self.network.buffers()):
+            target_buffer.copy_(online_buffer)
+
+    def _priority_beta(self) -> float:
+        """PER's beta, annealed linearly to 1 over the run."""
+        start = self.cfg.priority_beta
+        fraction = min(1.0, self.env_steps / max(1, self.cfg.train_for_env_steps))
+        return start + fraction * (1.0 - start)
+
+    def _set_learning_rate(self) -> None:
+        lr = self.learning_rate
+        if self.cfg.lr_schedule == "linear":
+            lr *= max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def _trained_parameters(self) -> list[nn.Parameter]:
+        """Every parameter but FQF's fraction proposal (its own optimizer trains it)."""
+        proposal = self.network.fraction_head
+        skip = set() if proposal is None else {id(p) for p in proposal.parameters()}
+        return [p for p in self.network.parameters() if id(p) not in skip]
+
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        # foreach: all tensors in a few kernels per step; torch's CPU default steps them one by
+        # one, a large share of a small network's update.
+        return torch.optim.Adam(
+            self._trained_parameters(),
+            lr=self.learning_rate,
+            betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
+            eps=self.cfg.adam_eps,
+            foreach=True,
+        )
+
+    def _new_fraction_optimizer(self) -> torch.optim.Optimizer | None:
+        proposal = self.network.fraction_head
+        if proposal is None:
+            return None
+        # FQF trains its proposal with RMSprop at a tiny rate (Yang et al. 2019, Appendix B).
+        return torch.optim.RMSprop(
+            proposal.parameters(), lr=self.cfg.fraction_lr, alpha=0.95, eps=0.00001
+        )
+
+    # --- outside changes ------------------------------------------------------------------------
+    def set_hyperparameters(self, values: dict[str, float]) -> None:
+        if "learning_rate" in values:
+            self.learning_rate = float(values["learning_rate"])
+            self._set_learning_rate()
+
+    def copy_policy(self, model: nn.Module) -> None:
+        """Continue from another policy's weights: new optimizer state and target network."""
+        self._model.load_state_dict(model.state_dict())
+        self.target.load_state_dict(self.network.state_dict())
+        self.optimizer = self._new_optimizer()
+        self.fraction_optimizer = self._new_fraction_optimizer()
+        self.policy_version += 1
+
+    def weights_replaced(self) -> None:
+        """Weights set from outside (the Python API): the target starts from them too."""
+        self.target.load_state_dict(self.network.state_dict())
+        self.policy_version += 1
+
+    def assert_finite(self) -> None:
+        bad = non_finite_entries(self._model, self.optimizer)
+        if bad:
+            raise NonFiniteTrainingError(
+                f"non-finite values in {', '.join(bad[:5])}; refusing to write a checkpoint"
+            )
+
+    # --- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Everything needed to resume exactly but the replay (the stager's)."""
+        return {
+            "model": self._model.state_dict(),
+            "target": self.target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "fraction_optimizer": None
+            if self.fraction_optimizer is None
+            else self.fraction_optimizer.state_dict(),
+            "policy_version": self.policy_version,
+            "env_steps": self.env_steps,
+            "updates": self.updates,
+            "skipped_updates": self.skipped_updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        load_model(self._model, state["model"])
+        self.target.load_state_dict(state["target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.fraction_optimizer is not None and state["fraction_optimizer"] is not None:
+            self.fraction_optimizer.load_state_dict(state["fraction_optimizer"])
+        self.policy_version = int(state["policy_version"])
+        self.stager.inserted_steps = int(state["env_steps"]) // self.frameskip
+        self.updates = int(state["updates"])
+        self.skips.total = int(state.get("skipped_updates", 0))
+        self.stager.current_version = self.policy_version

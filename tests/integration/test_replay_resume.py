@@ -1,0 +1,64 @@
+"""A value-based run keeps its replay across a restart with --save_replay, and says that it
+refills without it; counters resume either way."""
+
+import logging
+
+import pytest
+import torch
+
+from sampleforge.checkpoint.store import CheckpointStore
+from sampleforge.components.learner_worker import STAGER_KEY
+from sampleforge.components.runner import Runner
+from sampleforge.config import make_config
+
+
+def _cfg(tmp_path, steps, save_replay):
+    return make_config(
+        env="CartPole-v1",
+        algorithm="dqn",
+        experiment="dqn",
+        train_dir=str(tmp_path),
+        train_for_env_steps=steps,
+        num_workers=1,
+        num_envs_per_worker=4,
+        rollout=16,
+        learning_starts=500,
+        samples_per_insert=4.0,
+        save_replay=save_replay,
+        device="cpu",
+        seed=5,
+        report_every_sec=30,
+    )
+
+
+def _replay_in_last_checkpoint(tmp_path):
+    store = CheckpointStore(tmp_path / "dqn" / "checkpoints" / "p0")
+    state, _ = store.load_latest(map_location=torch.device("cpu"))
+    return state.get(STAGER_KEY)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("save_replay", [True, False], ids=["saved", "refilled"])
+def test_a_restart_continues_with_the_replay_only_when_it_was_saved(tmp_path, caplog, save_replay):
+    with Runner(_cfg(tmp_path, 1_500, save_replay)) as runner:
+        first = runner.train()
+        version = runner.progress.policy_version[0]
+        size_before = runner.progress.last_stats["replay/size"]
+    assert version > 0 and size_before > 0
+    assert (_replay_in_last_checkpoint(tmp_path) is not None) == save_replay
+
+    caplog.set_level(logging.INFO)
+    with Runner(_cfg(tmp_path, 2_200, save_replay)) as resumed:
+        resumed.start()
+        assert resumed.progress.policy_version[0] == version
+        second = resumed.train()
+        size_after = resumed.progress.last_stats["replay/size"]
+    refill_said = "the checkpoint holds no replay" in caplog.text
+    assert refill_said != save_replay
+    trained = second.env_steps - first.env_steps
+    if save_replay:
+        # Everything inserted before the restart is still sampleable after it.
+        assert size_after >= size_before + trained - 64
+    else:
+        assert size_after <= trained + 64

@@ -1,0 +1,64 @@
+"""Settings a value-based algorithm cannot honour are refused, each in one line naming the
+algorithm, instead of being ignored: PBT, frozen opponents, Munchausen on a distributional
+head."""
+
+from __future__ import annotations
+
+import pytest
+
+from sampleforge.config import ConfigError, make_config
+from sampleforge.config.algorithms import family_algorithms
+
+NOT_ACTOR_CRITIC = family_algorithms("value_based") + family_algorithms("pqn")
+
+
+def _problems(**settings) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        make_config(env="CartPole-v1", **settings)
+    assert all("\n" not in p for p in caught.value.problems)
+    return caught.value.problems
+
+
+@pytest.mark.parametrize("algorithm", NOT_ACTOR_CRITIC)
+def test_pbt_with_a_value_based_algorithm_is_refused(algorithm):
+    (problem,) = _problems(algorithm=algorithm, with_pbt=True, num_policies=2)
+    assert problem.startswith(f"with_pbt: algorithm '{algorithm}' does not support")
+    assert problem.endswith("one of appo, impala, a3c")
+
+
+@pytest.mark.parametrize("algorithm", NOT_ACTOR_CRITIC)
+def test_frozen_opponents_with_a_value_based_algorithm_are_refused(algorithm):
+    (problem,) = _problems(algorithm=algorithm, num_frozen_opponents=2)
+    assert problem.startswith(f"num_frozen_opponents: algorithm '{algorithm}' does not support")
+    assert "(2 asked for)" in problem and "appo, impala, a3c" in problem
+
+
+@pytest.mark.parametrize("algorithm", family_algorithms("actor_critic"))
+def test_actor_critic_algorithms_keep_pbt_and_frozen_opponents(algorithm):
+    cfg = make_config(
+        env="CartPole-v1",
+        algorithm=algorithm,
+        with_pbt=True,
+        num_policies=2,
+        num_frozen_opponents=1,
+    )
+    assert cfg.with_pbt and cfg.num_frozen_opponents == 1
+
+
+def test_several_policies_of_a_value_based_algorithm_are_fine():
+    assert make_config(env="CartPole-v1", algorithm="dqn", num_policies=3).num_policies == 3
+
+
+@pytest.mark.parametrize("head", ["categorical", "quantile", "implicit_quantile", "fqf"])
+def test_munchausen_on_a_distributional_head_is_refused(head):
+    (problem,) = _problems(algorithm="mdqn", q_head=head)
+    assert problem == (
+        f"munchausen applies to the scalar Q head only; got q_head '{head}' "
+        "(algorithm 'mdqn'): use q_head scalar or munchausen false"
+    )
+    (problem,) = _problems(algorithm="dqn", munchausen=True, q_head=head)
+    assert "(algorithm 'dqn')" in problem
+
+
+def test_munchausen_on_the_scalar_head_is_fine():
+    assert make_config(env="CartPole-v1", algorithm="mdqn").munchausen
