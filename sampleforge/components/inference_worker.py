@@ -142,8 +142,10 @@ class InferenceWorker:
             rnn_states = self._gather(self.buffer.rnn_states, index).to(
                 self.device, non_blocking=True
             )
-            env_ids = self._env_ids(requests, request_of_row, index[2])
-            out = self.model.act(obs, rnn_states, env_ids=env_ids.to(self.device))
+            env_ids = None
+            if self.model.explores_per_env:
+                env_ids = self._env_ids(requests, request_of_row, index[2]).to(self.device)
+            out = self.model.act(obs, rnn_states, env_ids=env_ids)
             if self.device.type == "cuda":  # the writes wait for it anyway; the check must too
                 torch.cuda.synchronize(self.device)
             # A worker replaced while the batch ran may have had its slots reclaimed and given

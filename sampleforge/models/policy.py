@@ -34,6 +34,8 @@ class Policy(nn.Module):
 
     #: S, the width of the flat recurrent state per env (0 without recurrence).
     rnn_state_size: int = 0
+    #: Whether `act` uses `env_ids` (inference computes them only then).
+    explores_per_env: bool = False
 
     def act(
         self,

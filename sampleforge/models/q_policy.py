@@ -44,6 +44,7 @@ class QPolicy(Policy):
         super().__init__()
         self.network = network
         self.exploration = exploration
+        self.explores_per_env = exploration.kind == "ladder"
         # Set by the learner before it publishes; inference anneals epsilon by it.
         self.register_buffer("trained_env_steps", torch.zeros((), dtype=torch.int64))
 

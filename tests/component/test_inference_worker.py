@@ -59,6 +59,7 @@ class ScriptedPolicy(nn.Module):
     """
 
     rnn_state_size = RNN
+    explores_per_env = True  # inference hands it each row's env index
 
     def __init__(self):
         super().__init__()
@@ -225,6 +226,15 @@ def test_each_row_is_acted_for_with_its_env_index_across_the_sampler(sole_policy
     first = (1 * 2 + 1) * ROWS  # worker 1, split 1
     rows = [0, 1, 2] if sole_policy else [0, 2]
     assert env_ids.tolist() == [first + r for r in rows] + [0, 1, 2]
+
+
+def test_a_policy_that_does_not_explore_per_env_gets_no_env_indices(inference):
+    """Computing them is skipped on the hot path of policies that do not use them (APPO)."""
+    inference.worker.model.explores_per_env = False
+    inference.fill(slot=2, step=1)
+    inference.request(InferenceRequested(worker=1, split=0, slot=2, step=1, generation=0))
+    inference.worker.poll(0.1)
+    assert inference.worker.model.env_ids == [None]
 
 
 def test_requests_of_several_workers_are_served_in_one_forward_pass(inference):

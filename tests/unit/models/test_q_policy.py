@@ -150,6 +150,8 @@ def test_acting_epsilon_follows_the_trained_env_steps_and_the_ladder():
     ladder = policy(Exploration(kind="ladder", ladder_base=0.4, ladder_alpha=7.0, num_envs=8))
     ids = torch.tensor([7, 0, 3])
     torch.testing.assert_close(ladder.epsilons(3, ids, cpu), ladder_epsilons(ids, 8, 0.4, 7.0))
+    # Inference computes env indices only for a policy that asks for them.
+    assert ladder.explores_per_env and not linear.explores_per_env
 
 
 def test_act_output_shapes_and_values_are_max_q():
