@@ -55,8 +55,8 @@ def _family_layer(env: Any, algorithm: Any, sources: dict[str, str]) -> dict[str
     flag set; a setting the previous family set and this one does not goes back to its
     default. Updates `sources`."""
     family = env_family(env) if isinstance(env, str) else None
-    if algorithm not in ALGORITHM_FAMILIES:
-        algorithm = "appo"  # validation reports the name
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHM_FAMILIES:
+        algorithm = "appo"  # validation reports the bad value
     settings = family_settings(family, env, algorithm)
     defaults = Config()
     values: dict[str, Any] = {}

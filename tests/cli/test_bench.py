@@ -31,8 +31,25 @@ SMALL = [
 ]
 
 
-def _bench_folders() -> set[Path]:
-    return set(Path(tempfile.gettempdir()).glob("sampleforge_bench_*"))
+@pytest.fixture
+def bench_folders(monkeypatch) -> list[Path]:
+    """The throwaway experiment folders this test's bench runs make. Recorded as they are
+    made, not globbed from /tmp: bench tests on the other xdist worker make their own."""
+    made: list[Path] = []
+    make = tempfile.mkdtemp
+
+    def recording_mkdtemp(*args, **kwargs):
+        path = make(*args, **kwargs)
+        if Path(path).name.startswith("sampleforge_bench_"):
+            made.append(Path(path))
+        return path
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
+    return made
+
+
+def _all_gone(folders: list[Path]) -> bool:
+    return all(not folder.exists() for folder in folders)
 
 
 def _machine_runs_only_the_bench(monkeypatch) -> None:
@@ -43,13 +60,12 @@ def _machine_runs_only_the_bench(monkeypatch) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_bench_prints_the_three_measurements_and_their_ratios(capsys, monkeypatch):
+def test_bench_prints_the_three_measurements_and_their_ratios(capsys, monkeypatch, bench_folders):
     # Whether a ratio is printed depends on what else the machine runs; here it is pinned to
     # "nothing", so the ratios always show (and "withheld" never does) on a busy machine too.
     _machine_runs_only_the_bench(monkeypatch)
-    before = _bench_folders()
     assert main(["bench", *SMALL, "--json"]) == 0
-    assert _bench_folders() == before  # its throwaway experiment is gone
+    assert bench_folders and _all_gone(bench_folders)  # its throwaway experiment is gone
     out = capsys.readouterr().out
     data = json.loads(out.strip().splitlines()[-1])
     assert data["env"] == "CartPole-v1" and data["num_envs"] == 8
@@ -70,12 +86,12 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys, monkeypatc
     assert "7.81 SGD steps per 1,000 samples" in out
 
 
+@pytest.mark.benchmark  # a sweep of several bench runs: over 20 s, beyond CI's budget
 @pytest.mark.timeout(300)
-def test_sweep_writes_fps_and_memory_per_env_to_csv_and_png(tmp_path, capsys):
+def test_sweep_writes_fps_and_memory_per_env_to_csv_and_png(tmp_path, capsys, bench_folders):
     out = tmp_path / "sweep"
-    before = _bench_folders()
     assert main(["bench", *SMALL, "--sweep", "--sweep_envs", "8,16", "--out", str(out)]) == 0
-    assert _bench_folders() == before
+    assert bench_folders and _all_gone(bench_folders)
     with open(out / "sweep_CartPole-v1.csv") as f:
         rows = list(csv.DictReader(f))
     assert [int(r["num_envs"]) for r in rows] == [8, 16]
@@ -84,12 +100,13 @@ def test_sweep_writes_fps_and_memory_per_env_to_csv_and_png(tmp_path, capsys):
     assert (out / "sweep_CartPole-v1.png").stat().st_size > 1000
 
 
-def test_sweep_without_matplotlib_fails_before_measuring_anything(tmp_path, monkeypatch):
+def test_sweep_without_matplotlib_fails_before_measuring_anything(
+    tmp_path, monkeypatch, bench_folders
+):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    before = _bench_folders()
     with pytest.raises(SystemExit, match="needs matplotlib"):
         main(["bench", *SMALL, "--sweep", "--out", str(tmp_path / "sweep")])
-    assert not (tmp_path / "sweep").exists() and _bench_folders() == before
+    assert not (tmp_path / "sweep").exists() and _all_gone(bench_folders)
 
 
 def test_the_bench_measures_the_steady_state_without_a_run_s_early_epochs():

@@ -74,7 +74,7 @@ def configs(draw) -> tuple[dict, bool]:
 
 
 @pytest.mark.slow
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(drawn=configs())
 def test_config_trains_or_is_refused_with_config_error(tmp_path_factory, drawn):
     overrides, must_refuse = drawn

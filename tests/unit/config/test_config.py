@@ -532,3 +532,11 @@ def test_a_replay_batch_need_not_be_a_multiple_of_the_rollout():
     assert (cfg.batch_size, cfg.rollout) == (32, 20)
     with pytest.raises(ConfigError, match="multiple of rollout"):
         make_config(algorithm="pqn", batch_size=32, rollout=20)
+
+
+@pytest.mark.parametrize("bad", [[], {}, 3])
+def test_an_algorithm_that_is_not_a_name_is_one_config_error(bad):
+    """The settings layer picks the algorithm's family defaults before validation runs: a value
+    that is not a name must reach validation's one-line error, not fail as a lookup."""
+    with pytest.raises(ConfigError, match=r"algorithm: .* is not one of appo, impala, a3c, dqn"):
+        make_config(algorithm=bad)
