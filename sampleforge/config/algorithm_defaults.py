@@ -42,9 +42,8 @@ VALUE_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
     # Classic control and Box2D. RL Zoo's DQN recipe for CartPole-v1 (lr 2.3e-3, batch 64,
     # 128 updates per 256 steps: 32 samples per insert, ReLU 256 x 256 MLP, epsilon to 0.04),
     # with Zoo's effective target period: it copies the target between bursts of 128 updates,
-    # so every 128 updates here. Fewer envs than APPO's keep the first episodes' data from
-    # crowding out what the improving policy finds. Not yet tuned to the issue's target
-    # (CartPole 475 within 100K steps): docs/off_policy.md says where it stands.
+    # so every 128 updates here. Not yet tuned to the issue's target (CartPole 475 within 100K
+    # steps): docs/off_policy.md says where it stands.
     "vector": {
         "num_envs_per_worker": 8,
         "worker_num_splits": 2,
