@@ -39,7 +39,8 @@ from sampleforge.learners.optimization import (
     NonFiniteTrainingError,
     clip_gradients,
     load_model,
-    non_finite_entries,
+    raise_unless_finite,
+    set_scheduled_learning_rate,
 )
 from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.factory import make_actor_critic
@@ -362,11 +363,12 @@ class ActorCriticLearner:
         return clip_gradients(self.model, self.cfg.max_grad_norm)
 
     def _set_learning_rate(self) -> None:
-        lr = self.hyperparameters["learning_rate"]
-        if self.cfg.lr_schedule == "linear":
-            lr *= max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_scheduled_learning_rate(
+            self.optimizer,
+            self.hyperparameters["learning_rate"],
+            self.cfg.lr_schedule,
+            self.env_steps / self.cfg.train_for_env_steps,
+        )
 
     # --- population-based training --------------------------------------------------------------
     def set_hyperparameters(self, values: dict[str, float]) -> None:
@@ -415,11 +417,7 @@ class ActorCriticLearner:
 
     def assert_finite(self) -> None:
         """Raise if any parameter or optimizer statistic is non-finite (never checkpoint one)."""
-        bad = non_finite_entries(self.model, self.optimizer)
-        if bad:
-            raise NonFiniteTrainingError(
-                f"non-finite values in {', '.join(bad[:5])}; refusing to write a checkpoint"
-            )
+        raise_unless_finite(self.model, self.optimizer)
 
     def weights_replaced(self) -> None:
         """The model's weights were replaced (Python API, PBT). The policy version moves on, so

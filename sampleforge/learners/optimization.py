@@ -44,6 +44,26 @@ def non_finite_entries(model: nn.Module, optimizer: torch.optim.Optimizer) -> li
     return bad
 
 
+def raise_unless_finite(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """NonFiniteTrainingError naming the first non-finite entries, if any (never checkpoint
+    one)."""
+    bad = non_finite_entries(model, optimizer)
+    if bad:
+        raise NonFiniteTrainingError(
+            f"non-finite values in {', '.join(bad[:5])}; refusing to write a checkpoint"
+        )
+
+
+def set_scheduled_learning_rate(
+    optimizer: torch.optim.Optimizer, base: float, schedule: str, progress: float
+) -> None:
+    """Every param group's rate: `base`, or with the linear schedule `base` decayed to 0 as
+    `progress` (env steps over the budget) reaches 1."""
+    lr = base * max(0.0, 1.0 - progress) if schedule == "linear" else base
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 def load_model(model: nn.Module, state: dict) -> None:
     """`model.load_state_dict(state)`, with a one-line ValueError when it does not fit."""
     try:

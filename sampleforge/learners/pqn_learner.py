@@ -34,11 +34,11 @@ from sampleforge.buffers.step_validity import trainable
 from sampleforge.config import Config
 from sampleforge.learners.batcher import Dataset
 from sampleforge.learners.optimization import (
-    NonFiniteTrainingError,
     SkippedUpdates,
     clip_gradients,
     load_model,
-    non_finite_entries,
+    raise_unless_finite,
+    set_scheduled_learning_rate,
     step_unless_non_finite,
 )
 from sampleforge.learners.step_undo import StepUndo
@@ -192,11 +192,12 @@ class PQNLearner:
         }
 
     def _set_learning_rate(self) -> None:
-        lr = self.hyperparameters["learning_rate"]
-        if self.cfg.lr_schedule == "linear":
-            lr *= max(0.0, 1.0 - self._env_steps / self.cfg.train_for_env_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_scheduled_learning_rate(
+            self.optimizer,
+            self.hyperparameters["learning_rate"],
+            self.cfg.lr_schedule,
+            self._env_steps / self.cfg.train_for_env_steps,
+        )
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         h = self.hyperparameters
@@ -237,11 +238,7 @@ class PQNLearner:
         self._policy_version += 1
 
     def assert_finite(self) -> None:
-        bad = non_finite_entries(self._model, self.optimizer)
-        if bad:
-            raise NonFiniteTrainingError(
-                f"non-finite values in {', '.join(bad[:5])}; refusing to write a checkpoint"
-            )
+        raise_unless_finite(self._model, self.optimizer)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -33,11 +33,11 @@ from sampleforge.algo.q_learning import (
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
 from sampleforge.learners.optimization import (
-    NonFiniteTrainingError,
     SkippedUpdates,
     clip_gradients,
     load_model,
-    non_finite_entries,
+    raise_unless_finite,
+    set_scheduled_learning_rate,
     step_unless_non_finite,
 )
 from sampleforge.learners.replay_stager import ReplayStager
@@ -273,11 +273,12 @@ class ValueLearner:
         return start + fraction * (1.0 - start)
 
     def _set_learning_rate(self) -> None:
-        lr = self.learning_rate
-        if self.cfg.lr_schedule == "linear":
-            lr *= max(0.0, 1.0 - self.env_steps / self.cfg.train_for_env_steps)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_scheduled_learning_rate(
+            self.optimizer,
+            self.learning_rate,
+            self.cfg.lr_schedule,
+            self.env_steps / self.cfg.train_for_env_steps,
+        )
 
     def _trained_parameters(self) -> list[nn.Parameter]:
         """Every parameter but FQF's fraction proposal (its own optimizer trains it)."""
@@ -325,11 +326,7 @@ class ValueLearner:
         self.policy_version += 1
 
     def assert_finite(self) -> None:
-        bad = non_finite_entries(self._model, self.optimizer)
-        if bad:
-            raise NonFiniteTrainingError(
-                f"non-finite values in {', '.join(bad[:5])}; refusing to write a checkpoint"
-            )
+        raise_unless_finite(self._model, self.optimizer)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict:
