@@ -64,6 +64,36 @@ VALUE_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "v_max": 100.0,
         "num_atoms": 101,
     },
+    # The atari_* games (rewards already clipped to their sign by the env). Dopamine's Rainbow
+    # recipe (Hessel et al. 2018; Castro et al. 2018): Adam at lr 6.25e-5 and eps 1.5e-4,
+    # batches of 32, one update every 4 agent steps (8 samples per insert), a 1M replay that
+    # starts after 20K steps, the target copied every 8K agent steps (2,000 updates), epsilon
+    # to 0.01 over 250K steps, C51's support of 51 atoms on [-10, 10]; the Nature network.
+    # Published values, not yet measured on this project's sampler (docs/off_policy.md).
+    "atari": {
+        "num_envs_per_worker": 16,
+        "worker_num_splits": 2,
+        "rollout": 32,
+        "learning_rate": 6.25e-5,
+        "adam_eps": 1.5e-4,
+        "batch_size": 32,
+        "replay_size": 1_000_000,
+        "learning_starts": 20_000,
+        "samples_per_insert": 8.0,
+        "target_update_period": 2_000,
+        "exploration_env_steps": 250_000,
+        "epsilon_end": 0.01,
+        "max_grad_norm": 10.0,
+        "gamma": 0.99,
+        "reward_scale": 1.0,
+        "num_atoms": 51,
+        "v_min": -10.0,
+        "v_max": 10.0,
+        "activation": "relu",
+        "encoder": "conv_nature",
+        "normalize_pixels": True,
+        "learner_torch_threads": "auto",
+    },
 }
 
 
@@ -93,6 +123,30 @@ PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "mlp_hidden_sizes": [128, 128],
         "max_grad_norm": 10.0,
         "reward_scale": 1.0,
+    },
+    # The atari_* games: CleanRL's pqn_atari_envpool.py (Gallici et al. 2024): 8 envs x 128
+    # steps per dataset, 4 epochs of 4 minibatches of 256, RAdam at lr 2.5e-4 decayed linearly,
+    # epsilon to 0.01 over 1M steps, lambda 0.65, LayerNorm after every conv and linear layer of
+    # the Nature network. Published values, not yet measured on this sampler.
+    "atari": {
+        "num_envs_per_worker": 8,
+        "worker_num_splits": 1,
+        "rollout": 128,
+        "batch_size": 256,
+        "num_batches_per_epoch": 4,
+        "num_epochs": 4,
+        "learning_rate": 2.5e-4,
+        "lr_schedule": "linear",
+        "q_lambda": 0.65,
+        "exploration_env_steps": 1_000_000,
+        "epsilon_end": 0.01,
+        "max_grad_norm": 10.0,
+        "gamma": 0.99,
+        "reward_scale": 1.0,
+        "activation": "relu",
+        "encoder": "conv_nature",
+        "normalize_pixels": True,
+        "learner_torch_threads": "auto",
     },
 }
 

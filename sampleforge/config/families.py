@@ -58,7 +58,10 @@ def family_settings(
     name, those that depend on the env within its family (a Doom env's discount, from its
     frameskip). A value-based algorithm gets its own recipe (`config/algorithm_defaults.py`)."""
     if algorithm_family(algorithm) != "actor_critic":
-        return value_settings(algorithm, family)
+        settings = value_settings(algorithm, family)
+        if family == "atari":
+            settings["num_workers"] = conv_on_cpu_workers()
+        return settings
     if family is None:
         return {}
     if family == "continuous":

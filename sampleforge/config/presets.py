@@ -32,8 +32,10 @@ _DUEL = {
 }
 
 
-def preset_settings(name: str) -> dict[str, Any]:
-    """The settings of preset `name` (one of PRESET_NAMES)."""
+def preset_settings(name: str, algorithm: str = "appo") -> dict[str, Any]:
+    """The settings of preset `name` (one of PRESET_NAMES) for `algorithm`: a family preset
+    gives that family's recipe for the algorithm's own family (a value-based algorithm gets
+    the value-based recipe, not the actor-critic one)."""
     if name in _FAMILY_OF_PRESET:
-        return family_settings(_FAMILY_OF_PRESET[name])
+        return family_settings(_FAMILY_OF_PRESET[name], algorithm=algorithm)
     return dict(_DUEL)

@@ -26,7 +26,7 @@ from typing import Any, Literal, Optional
 from sampleforge.algo.actor_critic_settings import ActorCriticSettings
 from sampleforge.algo.settings import setting
 from sampleforge.algo.value_settings import ValueSettings
-from sampleforge.config.algorithms import AlgorithmName
+from sampleforge.config.algorithms import AlgorithmName, algorithm_family
 
 DeviceName = Literal["auto", "cpu", "cuda"]
 RnnType = Literal["none", "gru", "lstm"]
@@ -455,7 +455,11 @@ class Config(ActorCriticSettings, ValueSettings):
     @property
     def sgd_steps_per_1000_samples(self) -> float:
         """The learning work per sample (a sample is one agent step, frameskip aside): what a
-        throughput figure must be quoted with to compare with another system."""
+        throughput figure must be quoted with to compare with another system. A replay learner
+        makes one step per batch of `batch_size` samples drawn, `samples_per_insert` per sample
+        stored; an on-policy one `num_epochs` passes of minibatches over each dataset."""
+        if algorithm_family(self.algorithm) == "value_based":
+            return 1000.0 * self.samples_per_insert / self.batch_size
         return 1000.0 * self.num_epochs * self.num_batches_per_epoch / self.dataset_size
 
 

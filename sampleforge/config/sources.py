@@ -39,24 +39,24 @@ def layered_settings(
     values: dict[str, Any] = {}
     env = overrides.get("env", base.env if base is not None else Config.env)
     algorithm = overrides.get("algorithm", base.algorithm if base is not None else "appo")
+    if not isinstance(algorithm, str) or algorithm not in ALGORITHM_FAMILIES:
+        algorithm = "appo"  # validation reports the bad value
     if base is None or env != base.env or algorithm != base.algorithm:
         values.update(_family_layer(env, algorithm, sources))
     preset = overrides.get("preset")
     if preset in PRESET_NAMES:
-        for name, value in preset_settings(preset).items():
+        for name, value in preset_settings(preset, algorithm).items():
             values[name], sources[name] = value, "preset"
     for name, value in overrides.items():
         values[name], sources[name] = value, "flag"
     return values, sources
 
 
-def _family_layer(env: Any, algorithm: Any, sources: dict[str, str]) -> dict[str, Any]:
+def _family_layer(env: Any, algorithm: str, sources: dict[str, str]) -> dict[str, Any]:
     """The family's values (the env's family, for the algorithm) for settings no preset or
     flag set; a setting the previous family set and this one does not goes back to its
     default. Updates `sources`."""
     family = env_family(env) if isinstance(env, str) else None
-    if not isinstance(algorithm, str) or algorithm not in ALGORITHM_FAMILIES:
-        algorithm = "appo"  # validation reports the bad value
     settings = family_settings(family, env, algorithm)
     defaults = Config()
     values: dict[str, Any] = {}

@@ -356,6 +356,12 @@ def _algorithm_problems(cfg: Config) -> list[str]:
                 f"opponents ({cfg.num_frozen_opponents} asked for); use 0 (num_policies > 1 "
                 f"is fine), or one of {fit}"
             )
+    if family == "pqn" and cfg.q_head != "scalar":
+        # PQN regresses one value per action on its Q(lambda) targets; a distribution has none.
+        problems.append(
+            f"q_head: algorithm 'pqn' learns scalar Q-values only; got {cfg.q_head!r}: use "
+            "q_head scalar, or a replay algorithm (qrdqn, iqn, fqf, rainbow) for a distribution"
+        )
     if cfg.munchausen and cfg.q_head != "scalar":
         problems.append(
             f"munchausen applies to the scalar Q head only; got q_head {cfg.q_head!r} "

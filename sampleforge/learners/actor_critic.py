@@ -41,6 +41,7 @@ from sampleforge.learners.optimization import (
     load_model,
     raise_unless_finite,
     set_scheduled_learning_rate,
+    step_unless_non_finite,
 )
 from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.factory import make_actor_critic
@@ -319,15 +320,7 @@ class ActorCriticLearner:
         loss.total.backward()
         grad_norm = self._clip_gradients()
         finite = math.isfinite(loss.total.item()) and math.isfinite(grad_norm)
-        if finite:
-            # A finite gradient can still make non-finite weights (a huge learning rate): such
-            # a step is undone before anything sees it, and skipped like a non-finite loss.
-            self._step_undo.save(self.model, self.optimizer)
-            self.optimizer.step()
-            finite = self._step_undo.finite()
-            if not finite:
-                self._step_undo.restore()
-        if not finite:
+        if not step_unless_non_finite(self._step_undo, self.model, [self.optimizer], finite):
             if returns_rms is not None and saved_rms is not None:
                 returns_rms.load_state_dict(saved_rms)  # a skipped update leaves them as they were
             self._skip_update()

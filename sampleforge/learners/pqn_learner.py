@@ -61,9 +61,6 @@ class PQNLearner:
         frameskip: int = 1,
         policy_id: int = 0,
     ):
-        if cfg.q_head != "scalar":
-            # PQN regresses one value per action on its targets; a distribution has none.
-            raise ValueError(f"pqn needs q_head 'scalar'; got {cfg.q_head!r}")
         self.cfg = cfg
         self._model = model.to(device)
         self._model.network.train()

@@ -15,47 +15,64 @@ Must not: know about losses, datasets, processes or the config.
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
 
+_ParamState = tuple[torch.optim.Optimizer, nn.Parameter]
+
 
 class StepUndo:
-    """Saves a model's parameters and its optimizer's per-parameter state before a step, and
+    """Saves a model's parameters and its optimizers' per-parameter state before a step, and
     puts them back if the step left a non-finite value."""
 
     def __init__(self) -> None:
         self._params: list[nn.Parameter] = []
-        self._optimizer: torch.optim.Optimizer | None = None
+        self._optimizers: Sequence[torch.optim.Optimizer] = ()
         self._live: list[torch.Tensor] = []  # the tensors saved: parameters, then state
         self._saved: list[torch.Tensor] = []  # their copies (reused while the layout holds)
-        self._fresh: list[nn.Parameter] = []  # parameters without optimizer state yet
-        self._scalars: list[tuple[nn.Parameter, str, object]] = []  # non-tensor state
+        self._fresh: list[_ParamState] = []  # parameters without optimizer state yet
+        self._scalars: list[tuple[_ParamState, str, object]] = []  # non-tensor state
 
-    def save(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
-        """Copy `model`'s parameters and `optimizer`'s state (call before `optimizer.step()`)."""
-        self._params, self._optimizer = list(model.parameters()), optimizer
+    def save(
+        self,
+        model: nn.Module,
+        optimizers: torch.optim.Optimizer | Sequence[torch.optim.Optimizer],
+    ) -> None:
+        """Copy `model`'s parameters and the state every optimizer keeps for them (call before
+        the optimizers step; a model with two optimizers, FQF's, gives both)."""
+        if isinstance(optimizers, torch.optim.Optimizer):
+            optimizers = (optimizers,)
+        self._params, self._optimizers = list(model.parameters()), optimizers
         self._live = [p.detach() for p in self._params]
         self._fresh, self._scalars = [], []
-        for p in self._params:
-            state = optimizer.state.get(p)
-            if not state:
-                self._fresh.append(p)  # the step creates its state; undoing it removes it
-                continue
-            for key, value in state.items():
-                if torch.is_tensor(value):
-                    self._live.append(value)
-                else:
-                    self._scalars.append((p, key, value))
+        for optimizer in optimizers:
+            for p in self._params:
+                if p not in optimizer.state and not _optimizes(optimizer, p):
+                    continue
+                state = optimizer.state.get(p)
+                if not state:
+                    self._fresh.append((optimizer, p))  # the step creates it; undo removes it
+                    continue
+                for key, value in state.items():
+                    if torch.is_tensor(value):
+                        self._live.append(value)
+                    else:
+                        self._scalars.append(((optimizer, p), key, value))
         if [_layout(t) for t in self._saved] != [_layout(t) for t in self._live]:
             self._saved = [torch.empty_like(t) for t in self._live]
         _copy(self._saved, self._live)
 
     def finite(self) -> bool:
         """Whether every parameter and every floating-point optimizer statistic is finite."""
-        assert self._optimizer is not None, "save() first"
+        assert self._optimizers, "save() first"
         tensors = [p.detach() for p in self._params]
-        for state in self._optimizer.state.values():
-            tensors += [t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()]
+        for optimizer in self._optimizers:
+            for state in optimizer.state.values():
+                tensors += [
+                    t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()
+                ]
         # An L1 norm is finite exactly when every value is, unless the values are so large that
         # their sum passes 3.4e38, where the model's own forward pass would overflow anyway.
         # One fused kernel and one device-to-host sync per device (Adam keeps its step counts
@@ -67,13 +84,17 @@ class StepUndo:
 
     def restore(self) -> None:
         """Put back what `save` copied, as if the step had never happened."""
-        assert self._optimizer is not None, "save() first"
+        assert self._optimizers, "save() first"
         with torch.no_grad():
             _copy(self._live, self._saved)
-        for p in self._fresh:
-            self._optimizer.state.pop(p, None)
-        for p, key, value in self._scalars:
-            self._optimizer.state[p][key] = value
+        for optimizer, p in self._fresh:
+            optimizer.state.pop(p, None)
+        for (optimizer, p), key, value in self._scalars:
+            optimizer.state[p][key] = value
+
+
+def _optimizes(optimizer: torch.optim.Optimizer, p: nn.Parameter) -> bool:
+    return any(p is q for group in optimizer.param_groups for q in group["params"])
 
 
 def _layout(t: torch.Tensor) -> tuple:

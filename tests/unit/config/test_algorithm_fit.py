@@ -62,3 +62,36 @@ def test_munchausen_on_a_distributional_head_is_refused(head):
 
 def test_munchausen_on_the_scalar_head_is_fine():
     assert make_config(env="CartPole-v1", algorithm="mdqn").munchausen
+
+
+@pytest.mark.parametrize("head", ["categorical", "quantile", "implicit_quantile", "fqf"])
+def test_pqn_with_a_distributional_head_is_refused_before_anything_starts(head):
+    (problem,) = _problems(algorithm="pqn", q_head=head)
+    assert problem == (
+        f"q_head: algorithm 'pqn' learns scalar Q-values only; got '{head}': use q_head "
+        "scalar, or a replay algorithm (qrdqn, iqn, fqf, rainbow) for a distribution"
+    )
+
+
+@pytest.mark.parametrize(
+    "algorithm, expected",
+    [
+        ("appo", 1000.0 * 2 / 64),  # epochs x minibatches of 64 over a dataset of 4 of them
+        ("pqn", 1000.0 * 2 / 64),
+        ("dqn", 1000.0 * 24 / 64),  # samples per insert over the replay batch
+        ("rainbow", 1000.0 * 24 / 64),
+    ],
+)
+def test_learning_work_per_sample_follows_the_algorithms_family(algorithm, expected):
+    cfg = make_config(
+        env="CartPole-v1",
+        algorithm=algorithm,
+        num_epochs=2,
+        num_batches_per_epoch=4,
+        num_envs_per_worker=16,
+        worker_num_splits=2,
+        rollout=32,
+        batch_size=64,
+        samples_per_insert=24.0,
+    )
+    assert cfg.sgd_steps_per_1000_samples == pytest.approx(expected)

@@ -53,3 +53,15 @@ def test_atari_preset_leaves_half_the_cores_to_the_conv_learner(monkeypatch, cor
     monkeypatch.setattr(families, "available_cores", lambda: cores)
     assert preset_settings("atari")["num_workers"] == workers
     assert make_config(preset="atari", num_workers=3).num_workers == 3  # explicit wins
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "rainbow", "pqn"])
+def test_a_family_preset_gives_a_value_based_algorithm_its_own_recipe(algorithm):
+    """`--preset atari` on a value-based run applies the value-based Atari recipe, not the
+    actor-critic one (whose lr and epochs mean nothing to a replay learner)."""
+    expected = family_settings("atari", algorithm=algorithm)
+    assert expected != family_settings("atari")
+    cfg = make_config(env="CartPole-v1", algorithm=algorithm, preset="atari")
+    for key, value in expected.items():
+        if value != "auto":
+            assert getattr(cfg, key) == (tuple(value) if isinstance(value, list) else value), key

@@ -199,8 +199,3 @@ def test_unknown_hyperparameter_is_refused_and_known_ones_apply(make_dataset):
     assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
     with pytest.raises(KeyError, match="clip_coeff"):
         learner.set_hyperparameters({"clip_coeff": 0.1})
-
-
-def test_a_distributional_head_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="pqn needs q_head 'scalar'; got 'quantile'"):
-        _learner(q_head="quantile")

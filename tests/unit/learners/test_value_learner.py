@@ -6,6 +6,7 @@ FQF's fraction loss trains only the proposal, and the learner's state round-trip
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import io
@@ -225,16 +226,22 @@ def test_every_head_skips_a_non_finite_batch(algorithm, field):
     assert learner.stager.sampler.priority_updates == []
 
 
-def test_a_step_that_overflows_the_weights_is_undone():
-    learner = make_learner(config("dqn"))
-    learner.train([batch(0)], _noop)  # Adam has state now
+@pytest.mark.parametrize("algorithm", ["dqn", "fqf"])
+def test_a_step_that_overflows_the_weights_is_undone(algorithm):
+    """Parameters and every optimizer's state go back as they were (FQF: its fraction
+    proposal's RMSprop too, which stepped in the same update)."""
+    learner = make_learner(config(algorithm, fraction_lr=1e-3))
+    learner.train([batch(0)], _noop)  # Adam (and RMSprop) have state now
+    optimizers = [o for o in (learner.optimizer, learner.fraction_optimizer) if o is not None]
+    assert len(optimizers) == (2 if algorithm == "fqf" else 1)
     before = params(learner.network)
-    optimizer_before = learner.optimizer.state_dict()
+    states_before = [copy.deepcopy(o.state_dict()["state"]) for o in optimizers]
     learner.set_hyperparameters({"learning_rate": float("inf")})  # as PBT could set it
     stats = learner.train([batch(1)], _noop)
     assert stats["health/non_finite_updates"] == 1.0
     assert same(params(learner.network), before)
-    assert same(learner.optimizer.state_dict()["state"], optimizer_before["state"])
+    for optimizer, state_before in zip(optimizers, states_before):
+        assert same(optimizer.state_dict()["state"], state_before)
     assert learner.policy_version == 1 and learner.skipped_updates == 1
 
 
