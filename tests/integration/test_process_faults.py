@@ -34,9 +34,10 @@ from pathlib import Path
 
 import pytest
 
-from sampleforge.checkpoint import CheckpointStore
+from sampleforge.checkpoint import CheckpointStore, checkpoint_info
 from sampleforge.comms.messages import LoadWeights
 from sampleforge.comms.queues import receive, send_many
+from sampleforge.components.learner_worker import STAGER_KEY
 from sampleforge.components.runner import Runner, TrainingError
 from sampleforge.config import make_config
 from sampleforge.testing.ci import unavailable
@@ -479,9 +480,19 @@ def _train_until_it_fails(runner: Runner, run: BackgroundRun):
     return runner.train(seconds=90)  # returning normally fails the test
 
 
-@pytest.mark.timeout(120)
-def test_sigkilled_learner_fails_the_run_and_leaves_the_checkpoint_intact(tmp_path):
-    with BackgroundRun(_cfg(tmp_path, save_every_sec=1), _train_until_it_fails) as run:
+# A value-based learner also holds the replay and its sampler thread: the checkpoint it leaves
+# must carry the replay (--save_replay), and the resumed run must continue with it.
+_LEARNER_DRILLS = {
+    "appo": {},
+    "dqn": dict(algorithm="dqn", save_replay=True, learning_starts=200, samples_per_insert=4.0),
+}
+
+
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("algorithm", list(_LEARNER_DRILLS))
+def test_sigkilled_learner_fails_the_run_and_leaves_the_checkpoint_intact(tmp_path, algorithm):
+    cfg = _cfg(tmp_path, save_every_sec=1, **_LEARNER_DRILLS[algorithm])
+    with BackgroundRun(cfg, _train_until_it_fails) as run:
         runner = run.runner
         run.wait_until_training()
         store = CheckpointStore(runner.exp.checkpoint_dir(0))
@@ -503,6 +514,13 @@ def test_sigkilled_learner_fails_the_run_and_leaves_the_checkpoint_intact(tmp_pa
     state, path = loaded
     assert path.name >= before.name  # the newest intact one, not an older fallback
     assert state["model"] and state["env_steps"] > 0
+    if cfg.save_replay:
+        assert state[STAGER_KEY]["replay"], "the checkpoint lost the replay"
+    with Runner(cfg) as resumed:  # the same command resumes from it
+        resumed.start()
+        version, env_steps = checkpoint_info(path)
+        assert resumed.progress.env_steps[0] == env_steps
+        assert resumed.progress.policy_version[0] == version
 
 
 @pytest.mark.timeout(180)

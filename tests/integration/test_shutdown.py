@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from sampleforge.checkpoint import CheckpointStore, checkpoint_info
+from sampleforge.components.learner_worker import STAGER_KEY
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 from sampleforge.testing.processes import descendants, is_alive
@@ -41,6 +42,7 @@ def _start(
     device: str = "cpu",
     env_steps: int = 100_000_000,
     tmpdir: Path | None = None,
+    settings: dict[str, str] | None = None,
 ) -> subprocess.Popen:
     cmd = [
         sys.executable,
@@ -64,6 +66,8 @@ def _start(
         "--save_every_sec",
         "2",
     ]
+    for name, value in (settings or {}).items():
+        cmd += [f"--{name}", value]
     env = None if tmpdir is None else {**os.environ, "TMPDIR": str(tmpdir)}
     return subprocess.Popen(  # a session, so a process group, of its own
         cmd,
@@ -125,25 +129,32 @@ def _latest(checkpoints: Path) -> tuple[int, int] | None:
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
-    "signum,exit_code,target",
+    "signum,exit_code,target,algorithm",
     # SIGTERM to the runner alone is the group case from the runner's side: the fork server
     # and every component lead groups of their own, so only the runner is in its group.
     [
-        (signal.SIGINT, 130, "runner"),
-        (signal.SIGTERM, 143, "group"),
-        (signal.SIGTERM, 143, "every_process"),
+        (signal.SIGINT, 130, "runner", "appo"),
+        (signal.SIGTERM, 143, "group", "appo"),
+        (signal.SIGTERM, 143, "every_process", "appo"),
+        (signal.SIGTERM, 143, "every_process", "dqn"),
     ],
     ids=[
         "sigint",
         "sigterm_to_the_process_group",
         "sigterm_to_every_process_of_the_session",
+        "dqn_with_its_replay_sigterm_to_every_process",
     ],
 )
 def test_signal_stops_everything_cleanly_and_resume_continues_exactly(
-    tmp_path, signum, exit_code, target
+    tmp_path, signum, exit_code, target, algorithm
 ):
+    # A value-based run's learner also holds the replay and its sampler thread; the final
+    # checkpoint must carry the replay (--save_replay) for the resume to continue with it.
+    settings = {"algorithm": algorithm}
+    if algorithm == "dqn":
+        settings.update(save_replay="true", learning_starts="200", samples_per_insert="4")
     shm_before = set(os.listdir("/dev/shm"))
-    proc = _start(tmp_path, "sig")
+    proc = _start(tmp_path, "sig", settings=settings)
     children = _wait_training(proc, tmp_path / "sig" / "progress.csv", rows=2)
     assert len(children) >= 4, "components did not start"  # learner, inference, 2 workers
     checkpoints = tmp_path / "sig" / "checkpoints" / "p0"
@@ -177,6 +188,9 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(
     assert final, out
     assert checkpoint_info(Path(final.group(1))) == (version, env_steps)
     assert all(steps <= env_steps for _, steps in periodic_before.values()), periodic_before
+    if algorithm == "dqn":
+        state, _ = CheckpointStore(checkpoints).load_latest()
+        assert state[STAGER_KEY]["replay"], "the final checkpoint lost the replay"
 
     cfg = make_config(
         env="CartPole-v1",
@@ -184,6 +198,7 @@ def test_signal_stops_everything_cleanly_and_resume_continues_exactly(
         experiment="sig",
         device="cpu",
         stop_at_mean_return=float("inf"),
+        **settings,
     )
     with Runner(cfg) as resumed:
         resumed.start()
