@@ -348,6 +348,14 @@ def _assert_slots_restored(slots: dict, workers: int) -> None:
     )
 
 
+# The drills run a value-based run too: its learner also holds the replay and its sampler
+# thread, and its checkpoints must carry the replay (--save_replay).
+_ALGORITHM_SETTINGS = {
+    "appo": {},
+    "dqn": dict(algorithm="dqn", save_replay=True, learning_starts=200, samples_per_insert=4.0),
+}
+
+
 # --- rollout workers ------------------------------------------------------------------------------
 def _kill_rollout_worker(run: BackgroundRun, k: int) -> dict:
     """The k-th kill: rollout_worker_{k % 2}, waiting on its inbox (k even) or running its own
@@ -382,8 +390,12 @@ def _kill_rollout_worker(run: BackgroundRun, k: int) -> dict:
 
 
 @pytest.mark.timeout(180)
-def test_sigkilled_rollout_workers_are_replaced_and_their_slots_reclaimed(tmp_path):
-    with BackgroundRun(_cfg(tmp_path), _survive_then_train_to_a_target) as run:
+@pytest.mark.parametrize("algorithm", ["appo", "dqn"])
+def test_sigkilled_rollout_workers_are_replaced_and_their_slots_reclaimed(tmp_path, algorithm):
+    # DQN: the replay stager frees each slot at insert and restarts the replaced worker's
+    # streams; sampling must go on under its rate limiter as it does under the Batcher.
+    cfg = _cfg(tmp_path, **_ALGORITHM_SETTINGS[algorithm])
+    with BackgroundRun(cfg, _survive_then_train_to_a_target) as run:
         run.wait_until_training()
         kills = [_kill_rollout_worker(run, k) for k in range(3)]
     if run.error is not None:
@@ -480,18 +492,10 @@ def _train_until_it_fails(runner: Runner, run: BackgroundRun):
     return runner.train(seconds=90)  # returning normally fails the test
 
 
-# A value-based learner also holds the replay and its sampler thread: the checkpoint it leaves
-# must carry the replay (--save_replay), and the resumed run must continue with it.
-_LEARNER_DRILLS = {
-    "appo": {},
-    "dqn": dict(algorithm="dqn", save_replay=True, learning_starts=200, samples_per_insert=4.0),
-}
-
-
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("algorithm", list(_LEARNER_DRILLS))
+@pytest.mark.parametrize("algorithm", list(_ALGORITHM_SETTINGS))
 def test_sigkilled_learner_fails_the_run_and_leaves_the_checkpoint_intact(tmp_path, algorithm):
-    cfg = _cfg(tmp_path, save_every_sec=1, **_LEARNER_DRILLS[algorithm])
+    cfg = _cfg(tmp_path, save_every_sec=1, **_ALGORITHM_SETTINGS[algorithm])
     with BackgroundRun(cfg, _train_until_it_fails) as run:
         runner = run.runner
         run.wait_until_training()
