@@ -90,6 +90,14 @@ class EvaluationWorker:
             self._episodes.close()
             self._episodes = None
 
+    def snapshot_state(self) -> dict:
+        """Nothing for an exact resume: evaluation never changes training (an evaluation in
+        flight at a serial-mode snapshot is not repeated; the best weights are in best.pt)."""
+        return {}
+
+    def restore_state(self, state: dict) -> None:
+        pass
+
     def _handle(self, msg) -> None:
         if isinstance(msg, EvaluationRequested):
             self._queued = msg  # only the newest request matters

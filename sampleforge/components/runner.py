@@ -320,15 +320,19 @@ class Runner:
             return "train_for_env_steps"
         if seconds is not None and elapsed >= seconds:
             return "train_for_seconds"
-        target_return, episodes = self.stop_at_mean_return, self.progress.episodes
-        if (
-            target_return is None
-            or not math.isfinite(target_return)
-            or episodes.count < episodes.maxlen
-        ):
+        target_return = self.stop_at_mean_return
+        if target_return is None or not math.isfinite(target_return):
             return ""
-        mean = episodes.mean_return
+        mean = self._judged_mean_return()
         return "stop_at_mean_return" if mean is not None and mean >= target_return else ""
+
+    def _judged_mean_return(self) -> float | None:
+        """What stop_at_mean_return judges (`stop_on`): the last 100 training episodes' mean
+        once there are 100, or the latest evaluation's."""
+        if self.cfg.stop_on == "evaluation":
+            return None if self.evaluation is None else self.evaluation.latest_mean_return()
+        episodes = self.progress.episodes
+        return episodes.mean_return if episodes.count >= episodes.maxlen else None
 
     def _callback_stop(self) -> str:
         """ "callback" if the training callback is due and asks to stop, else ""."""
@@ -445,7 +449,10 @@ class Runner:
         self, reason: str, started: float, training_started: float, steps_at_start: int
     ) -> RunSummary:
         name = self.cfg.experiment_name
-        return self.progress.summary(reason, name, started, training_started, steps_at_start)
+        best_eval = None if self.evaluation is None else self.evaluation.best_mean_return
+        return self.progress.summary(
+            reason, name, started, training_started, steps_at_start, best_eval
+        )
 
     @property
     def stop_signal(self) -> int | None:

@@ -28,6 +28,8 @@ from sampleforge.algo.settings import setting
 from sampleforge.algo.value_settings import ValueSettings
 from sampleforge.config.algorithms import AlgorithmName, algorithm_family
 
+StopOnName = Literal["training", "evaluation"]
+
 DeviceName = Literal["auto", "cpu", "cuda"]
 RnnType = Literal["none", "gru", "lstm"]
 # Any encoder registered with sampleforge.models.registry, or module:name. The model factory
@@ -136,8 +138,16 @@ class Config(ActorCriticSettings, ValueSettings):
     )
     stop_at_mean_return: Optional[float] = option(
         None,
-        "Stop once the mean return over the last 100 episodes reaches this. Default: the "
-        "env's reward threshold; pass inf to disable.",
+        "Stop once the mean return over the last 100 episodes (or, with stop_on evaluation, "
+        "an evaluation's mean) reaches this. Default: the env's reward threshold; pass inf to "
+        "disable.",
+        "stopping",
+    )
+    stop_on: StopOnName = option(
+        "training",
+        "Which mean return stop_at_mean_return judges: the last 100 training episodes, or "
+        "each evaluation's (needs eval_every_env_steps). A value-based method deploys its "
+        "greedy policy, which its epsilon-greedy training episodes understate.",
         "stopping",
     )
 

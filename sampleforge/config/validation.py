@@ -324,6 +324,11 @@ def cross_field_problems(cfg: Config) -> list[str]:
             f"v_min ({cfg.v_min:g}) must be below v_max ({cfg.v_max:g}): they bound the "
             "categorical head's support"
         )
+    if cfg.stop_on == "evaluation" and cfg.eval_every_env_steps is None:
+        problems.append(
+            "stop_on 'evaluation' judges stop_at_mean_return on evaluations: it needs "
+            "eval_every_env_steps (e.g. 10000), or stop_on training"
+        )
     if cfg.with_pbt and cfg.num_policies < 2:
         problems.append(
             f"with_pbt needs a population: num_policies ({cfg.num_policies}) must be >= 2"

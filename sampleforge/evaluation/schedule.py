@@ -39,6 +39,7 @@ class TrainingEvaluation:
         self._next_env_steps = env_steps + every_env_steps
         self._in_flight: set[int] = set()
         self.last: dict[int, EvaluationFinished] = {}
+        self.best_mean_return: float | None = None  # over every policy's evaluations
 
     @classmethod
     def for_run(
@@ -59,12 +60,19 @@ class TrainingEvaluation:
             self._in_flight.add(policy_id)
         self._next_env_steps = env_steps + self.every_env_steps
 
+    def latest_mean_return(self) -> float | None:
+        """The best of each policy's latest evaluation mean return (None before the first)."""
+        means = [statistics.fmean(msg.returns) for msg in self.last.values()]
+        return max(means) if means else None
+
     def on_finished(self, msg: EvaluationFinished, writer: MetricsWriter) -> None:
         """Record one evaluation's results as ``eval/`` metrics at its env-step count."""
         self._in_flight.discard(msg.policy_id)
         self.last[msg.policy_id] = msg
         returns = msg.returns
         mean = statistics.fmean(returns)
+        if self.best_mean_return is None or mean > self.best_mean_return:
+            self.best_mean_return = mean
         prefix = "eval/" if len(self.inboxes) == 1 else f"eval_p{msg.policy_id}/"
         writer.write(
             msg.env_steps,

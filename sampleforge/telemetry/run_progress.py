@@ -226,6 +226,7 @@ class RunProgress:
         call_started: float,
         training_started: float,
         env_steps_at_call: int,
+        best_eval_return: float | None = None,
     ) -> RunSummary:
         """The summary of a `train` call: `wall_seconds` from `call_started` (starting the
         processes included), `mean_fps` over the time since `training_started`."""
@@ -240,4 +241,5 @@ class RunProgress:
             mean_policy_lag=self.mean_policy_lag,
             experiment=experiment,
             stopped_because=reason,
+            best_eval_return=best_eval_return,
         )

@@ -48,9 +48,11 @@ class RunSummary:
     - ``experiment``: experiment name (the experiment folder's name).
     - ``stopped_because``: why training stopped; one of
       ``"train_for_env_steps"`` (step budget reached), ``"stop_at_mean_return"``
-      (target return reached), ``"train_for_seconds"`` (time budget reached),
-      ``"interrupted"`` (signal or Ctrl-C), ``"callback"`` (a training callback
-      returned False).
+      (target return reached, by the training episodes or an evaluation: ``stop_on``),
+      ``"train_for_seconds"`` (time budget reached), ``"interrupted"`` (signal or
+      Ctrl-C), ``"callback"`` (a training callback returned False).
+    - ``best_eval_return``: highest mean return of an evaluation during training
+      (``eval_every_env_steps``) in this run, or null if none finished.
 
     Non-finite floats (NaN, inf) are written as null so the file stays strict JSON.
     """
@@ -63,6 +65,7 @@ class RunSummary:
     mean_policy_lag: float | None
     experiment: str
     stopped_because: str
+    best_eval_return: float | None = None  # a default: summaries written before it still read
 
 
 def write_summary(path: Path, summary: RunSummary) -> None:

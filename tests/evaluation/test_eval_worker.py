@@ -2,6 +2,7 @@
 weights and keeps the best; the runner's hook schedules requests and logs eval/ metrics."""
 
 import csv
+import logging
 import time
 
 import gymnasium as gym
@@ -150,3 +151,46 @@ def test_training_with_evaluation_logs_eval_metrics_and_saves_the_best(tmp_path)
     assert rows, "no eval/ metrics in progress.csv"
     assert float(rows[0]["env_steps"]) >= 1500 and float(rows[0]["eval/return_mean"]) > 0
     assert (tmp_path / "with_eval" / "eval" / "p0" / "best.pt").is_file()
+
+
+def test_stop_on_evaluation_needs_evaluations():
+    with pytest.raises(ConfigError, match="stop_on 'evaluation' .* needs eval_every_env_steps"):
+        make_config(stop_on="evaluation")
+
+
+def _stop_on_evaluation_run(tmp_path, name: str, eval_every_env_steps: int, caplog):
+    cfg = make_config(
+        env="CartPole-v1",
+        train_dir=str(tmp_path),
+        experiment=name,
+        serial_mode=True,
+        num_envs_per_worker=4,
+        seed=1,
+        eval_every_env_steps=eval_every_env_steps,
+        eval_episodes=2,
+        stop_on="evaluation",
+        stop_at_mean_return=5.0,  # every CartPole episode lasts at least 8 steps
+        train_for_env_steps=4_000,
+        report_every_sec=60,
+        tensorboard=False,
+        device="cpu",
+    )
+    with caplog.at_level(logging.WARNING):
+        with Runner(cfg) as runner:
+            summary = runner.train()
+    assert "no exact-resume snapshot" not in caplog.text  # the evaluation worker has its state
+    return summary
+
+
+@pytest.mark.timeout(120)
+def test_stop_on_evaluation_stops_at_an_evaluation_that_reaches_the_target(tmp_path, caplog):
+    """stop_at_mean_return judged on evaluations: the run stops once one reaches it (and
+    only then: 100 training episodes over the target do not stop it), and the summary
+    carries the best evaluation."""
+    summary = _stop_on_evaluation_run(tmp_path, "evaluated", 1_000, caplog)
+    assert summary.stopped_because == "stop_at_mean_return"
+    assert summary.best_eval_return is not None and summary.best_eval_return >= 5.0
+    assert 1_000 <= summary.env_steps < 4_000
+    never_evaluated = _stop_on_evaluation_run(tmp_path, "never_evaluated", 1_000_000, caplog)
+    assert never_evaluated.stopped_because == "train_for_env_steps"  # 100+ episodes of 8+
+    assert never_evaluated.best_eval_return is None

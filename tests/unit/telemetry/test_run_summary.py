@@ -16,6 +16,7 @@ EXPECTED_KEYS = {
     "mean_policy_lag",
     "experiment",
     "stopped_because",
+    "best_eval_return",
 }
 
 
@@ -29,6 +30,7 @@ def _summary(**overrides: object) -> RunSummary:
         "mean_policy_lag": 1.7,
         "experiment": "cartpole_appo",
         "stopped_because": "stop_at_mean_return",
+        "best_eval_return": 480.5,
     }
     fields.update(overrides)
     return RunSummary(**fields)
@@ -51,3 +53,12 @@ def test_summary_none_and_nan_become_null(tmp_path: Path) -> None:
     data = json.loads(path.read_text())  # strict JSON, no NaN token
     assert data["mean_return_last_100"] is None
     assert data["mean_policy_lag"] is None
+
+
+def test_a_summary_written_before_best_eval_return_still_reads(tmp_path: Path) -> None:
+    path = tmp_path / "summary.json"
+    write_summary(path, _summary())
+    data = json.loads(path.read_text())
+    del data["best_eval_return"]
+    path.write_text(json.dumps(data))
+    assert read_summary(path).best_eval_return is None
