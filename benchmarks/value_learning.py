@@ -1,0 +1,300 @@
+"""Greedy evaluations of a value-based algorithm over env steps and wall time, next to a peer.
+
+    python benchmarks/value_learning.py --algorithm dqn --env CartPole-v1 --steps 100000
+    python benchmarks/value_learning.py --algorithm qrdqn --env LunarLander-v3 --peer sb3
+    python benchmarks/value_learning.py --algorithm dqn --env Acrobot-v1 --peer sb3 --seeds 1 2 3
+
+Each seed trains sampleforge's algorithm with its env family's settings (plus `--set k=v`),
+`--eval_every` env steps at a time through the Python API, and after each chunk plays
+`--eval_episodes` greedy episodes (as RL Zoo's evaluation does). Wall time counts training
+only (evaluations excluded), processes' start included. With `--peer sb3`, Stable-Baselines3
+(or sb3-contrib for QR-DQN) runs the same schedule with RL Zoo's tuned settings for the env, in
+a virtualenv of its own that this script creates (`--peer_venv`), one run after the other on
+the same machine; it is never a dependency of sampleforge.
+
+Writes `<out>/<algorithm>_<env>.csv` (system, seed, env_steps, wall_seconds, eval_mean) and a
+PNG of both curves, and prints, per system, the median env steps and wall time to the first
+evaluation at or above `--target` (default: the env's reward threshold) and the final and best
+evaluations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+import sampleforge
+
+# RL Zoo's tuned settings (DLR-RM/rl-baselines3-zoo, hyperparams/dqn.yml and qrdqn.yml at
+# 22e3ff2, 2026-04) and its published scores (benchmark.md: 100K steps, deterministic).
+_ZOO: dict[tuple[str, str], dict[str, Any]] = {
+    ("dqn", "CartPole-v1"): dict(
+        learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+        gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+        exploration_fraction=0.16, exploration_final_eps=0.04, net_arch=[256, 256],
+        n_timesteps=50_000,
+    ),
+    ("dqn", "LunarLander-v3"): dict(
+        learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
+        gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=-1,
+        exploration_fraction=0.12, exploration_final_eps=0.1, net_arch=[256, 256],
+        n_timesteps=100_000,
+    ),
+    ("dqn", "Acrobot-v1"): dict(
+        learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
+        gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=-1,
+        exploration_fraction=0.12, exploration_final_eps=0.1, net_arch=[256, 256],
+        n_timesteps=100_000,
+    ),
+    ("qrdqn", "LunarLander-v3"): dict(
+        learning_rate=1.5e-3, lr_schedule="linear", batch_size=128, buffer_size=100_000,
+        learning_starts=10_000, gamma=0.995, target_update_interval=1, train_freq=256,
+        gradient_steps=-1, exploration_fraction=0.24, exploration_final_eps=0.18,
+        net_arch=[256, 256], n_quantiles=170, n_timesteps=100_000,
+    ),
+    ("qrdqn", "Acrobot-v1"): dict(
+        learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
+        gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=-1,
+        exploration_fraction=0.12, exploration_final_eps=0.1, net_arch=[256, 256],
+        n_quantiles=25, n_timesteps=100_000,
+    ),
+}  # fmt: skip
+_ZOO_SCORES = {
+    ("dqn", "CartPole-v1"): 500.0,
+    ("dqn", "LunarLander-v3"): 154.4,  # published for LunarLander-v2
+    ("dqn", "Acrobot-v1"): -76.6,
+    ("qrdqn", "LunarLander-v3"): 70.2,
+    ("qrdqn", "Acrobot-v1"): -69.1,
+}
+
+# Runs inside the peer's virtualenv: argv[1] is a JSON job; prints one JSON line per
+# evaluation. Training time excludes the evaluations.
+_PEER_SCRIPT = r"""
+import json, sys, time
+import gymnasium as gym, torch
+torch.set_num_threads(1)
+job = json.loads(sys.argv[1])
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.evaluation import evaluate_policy
+if job["algorithm"] == "qrdqn":
+    from sb3_contrib import QRDQN as Algo
+else:
+    from stable_baselines3 import DQN as Algo
+s = dict(job["settings"])
+s.pop("n_timesteps", None)
+kwargs = {"net_arch": s.pop("net_arch")}
+if "n_quantiles" in s:
+    kwargs["n_quantiles"] = s.pop("n_quantiles")
+if s.pop("lr_schedule", None) == "linear":
+    lr = s.pop("learning_rate"); s["learning_rate"] = lambda left: left * lr
+eval_env = gym.make(job["env"])
+
+class Evaluate(BaseCallback):
+    def __init__(self):
+        super().__init__(); self.next = job["eval_every"]; self.spent = 0.0
+    def _on_step(self):
+        if self.num_timesteps >= self.next:
+            self.next += job["eval_every"]; t = time.perf_counter()
+            mean, _ = evaluate_policy(self.model, eval_env, job["eval_episodes"], deterministic=True)
+            self.spent += time.perf_counter() - t
+            print(json.dumps({"env_steps": self.num_timesteps, "eval_mean": float(mean),
+                              "wall_seconds": time.perf_counter() - started - self.spent}), flush=True)
+        return True
+
+started = time.perf_counter()
+model = Algo("MlpPolicy", job["env"], policy_kwargs=kwargs, seed=job["seed"], verbose=0, **s)
+model.learn(job["steps"], callback=Evaluate())
+"""
+
+
+def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[dict]:
+    """One seed of sampleforge: [{env_steps, wall_seconds, eval_mean}] per evaluation."""
+    cls = {c.algorithm: c for c in _api_classes()}[algorithm]
+    rows = []
+    with tempfile.TemporaryDirectory() as train_dir:
+        with cls(env, seed=seed, train_dir=train_dir, **_settings(args.set)) as model:
+            wall = 0.0
+            while model.env_steps < args.steps:
+                t = time.perf_counter()
+                model.train(args.eval_every)
+                wall += time.perf_counter() - t
+                result = model.evaluate(args.eval_episodes, seed=10_000 + seed)
+                mean = statistics.fmean(result.returns)
+                rows.append({"env_steps": model.env_steps, "wall_seconds": wall, "eval_mean": mean})
+                print(f"  sampleforge seed {seed}: {model.env_steps:>8,} steps "
+                      f"{wall:7.1f} s  greedy {mean:8.2f}", flush=True)  # fmt: skip
+    return rows
+
+
+def peer(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[dict]:
+    """One seed of the peer (RL Zoo's settings) in its own virtualenv."""
+    job = {
+        "algorithm": algorithm,
+        "env": env,
+        "seed": seed,
+        "steps": args.steps,
+        "eval_every": args.eval_every,
+        "eval_episodes": args.eval_episodes,
+        "settings": _ZOO[(algorithm, env)],
+    }
+    python = _peer_python(Path(args.peer_venv))
+    proc = subprocess.run(
+        [str(python), "-c", _PEER_SCRIPT, json.dumps(job)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        sys.exit(f"the peer failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    for r in rows:
+        print(f"  sb3 seed {seed}: {r['env_steps']:>8,} steps {r['wall_seconds']:7.1f} s  "
+              f"greedy {r['eval_mean']:8.2f}")  # fmt: skip
+    return rows
+
+
+def _peer_python(venv: Path) -> Path:
+    """The peer virtualenv's python, made on first use (CPU torch first, then SB3)."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        print(f"creating the peer's virtualenv in {venv} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "install", "-q"]
+        subprocess.run([*pip, "torch==2.13.0"], check=True)
+        subprocess.run(
+            [*pip, "stable-baselines3==2.9.2", "sb3-contrib==2.9.2", "box2d"], check=True
+        )
+    return python
+
+
+def _api_classes() -> list[type]:
+    return [getattr(sampleforge, name) for name in ("DQN", "Rainbow", "QRDQN", "IQN", "FQF",
+                                                    "MDQN", "PQN")]  # fmt: skip
+
+
+def _settings(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            sys.exit(f"--set {pair!r}: expected key=value")
+        out[key] = json.loads(value) if value[:1] in "[{0123456789-" else value
+    return out
+
+
+def first_reach(rows: list[dict], target: float) -> tuple[float, float] | None:
+    """(env steps, wall seconds) of the first evaluation at or above `target`, or None."""
+    for r in rows:
+        if r["eval_mean"] >= target:
+            return r["env_steps"], r["wall_seconds"]
+    return None
+
+
+def report(runs: dict[str, dict[int, list[dict]]], target: float) -> None:
+    for system, by_seed in runs.items():
+        reached = [first_reach(rows, target) for rows in by_seed.values()]
+        hit = [r for r in reached if r is not None]
+        best = [max(r["eval_mean"] for r in rows) for rows in by_seed.values() if rows]
+        final = [rows[-1]["eval_mean"] for rows in by_seed.values() if rows]
+        line = f"{system:12} seeds {len(by_seed)}: reached {target:g} in {len(hit)}"
+        if hit:
+            line += (f" (median {statistics.median(s for s, _ in hit):,.0f} steps, "
+                     f"{statistics.median(w for _, w in hit):.0f} s)")  # fmt: skip
+        line += f"; final greedy {_fmt(final)}; best {_fmt(best)}"
+        print(line)
+
+
+def _fmt(values: list[float]) -> str:
+    return "/".join(f"{v:.1f}" for v in values)
+
+
+def plot(runs: dict[str, dict[int, list[dict]]], target: float, title: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for (system, by_seed), color in zip(runs.items(), ("C0", "C1", "C2")):
+        for i, rows in enumerate(by_seed.values()):
+            label = system if i == 0 else None
+            steps = [r["env_steps"] for r in rows]
+            walls = [r["wall_seconds"] for r in rows]
+            means = [r["eval_mean"] for r in rows]
+            axes[0].plot(steps, means, color=color, alpha=0.8, label=label)
+            axes[1].plot(walls, means, color=color, alpha=0.8, label=label)
+    for ax, xlabel in zip(axes, ("env steps", "training wall seconds")):
+        ax.axhline(target, color="grey", linestyle=":", linewidth=1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("greedy evaluation mean return")
+        ax.legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"plot: {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--algorithm", default="dqn")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--eval_every", type=int, default=5_000)
+    parser.add_argument("--eval_episodes", type=int, default=10)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--target", type=float, default=None)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--peer", choices=["none", "sb3"], default="none")
+    parser.add_argument("--peer_venv", default=str(Path.home() / ".cache/sampleforge-peers/sb3"))
+    parser.add_argument("--out", default="benchmark_results")
+    args = parser.parse_args()
+    if args.peer == "sb3" and (args.algorithm, args.env) not in _ZOO:
+        sys.exit(
+            f"--peer sb3: no RL Zoo settings here for {args.algorithm} on {args.env}; "
+            f"known: {', '.join(f'{a} {e}' for a, e in _ZOO)}"
+        )
+    target = args.target
+    if target is None:
+        target = gym.spec(args.env).reward_threshold
+    assert target is not None, f"{args.env} has no reward threshold: give --target"
+    runs: dict[str, dict[int, list[dict]]] = {"sampleforge": {}}
+    if args.peer == "sb3":
+        runs["sb3 (RL Zoo)"] = {}
+    for seed in args.seeds:
+        runs["sampleforge"][seed] = ours(args.algorithm, args.env, seed, args)
+        if args.peer == "sb3":
+            runs["sb3 (RL Zoo)"][seed] = peer(args.algorithm, args.env, seed, args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{args.algorithm}_{args.env}"
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["system", "seed", "env_steps", "wall_seconds", "eval_mean"])
+        for system, by_seed in runs.items():
+            for seed, rows in by_seed.items():
+                for r in rows:
+                    writer.writerow(
+                        [system, seed, r["env_steps"], r["wall_seconds"], r["eval_mean"]]
+                    )
+    report(runs, target)
+    zoo = _ZOO_SCORES.get((args.algorithm, args.env))
+    if zoo is not None:
+        print(
+            f"RL Zoo's published score: {zoo:g} at {_ZOO[(args.algorithm, args.env)]['n_timesteps']:,} steps"
+        )
+    plot(runs, target, f"{args.algorithm} on {args.env} (greedy, {args.eval_episodes} episodes)",
+         out / f"{stem}.png")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
