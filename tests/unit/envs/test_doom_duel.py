@@ -260,6 +260,7 @@ def test_failed_connection_raises_a_clear_error_and_leaves_nothing(
     remove_ipc = duel_seats.remove_engine_ipc
     monkeypatch.setattr(duel_seats, "remove_engine_ipc", recording_remove)
     port = free_udp_port()
+    names_before = set(Path("/dev/shm").glob("ViZDoom*"))  # exclusive: no other test runs
     env = DoomDuelEnv(connect_timeout=timeout, port=port)
     start = time.monotonic()
     with pytest.raises(DoomDuelConnectionError) as error:
@@ -271,8 +272,10 @@ def test_failed_connection_raises_a_clear_error_and_leaves_nothing(
     assert elapsed < timeout + 10.0, elapsed  # the timeout is what ends it, not the load
     assert wait_until_gone(duel_root) == []
     if failure == "joiner_on_wrong_port":
-        # Both engines were waiting when killed; what they left in /dev/shm is gone.
-        assert len(cleaned) == 2 and ipc_files(cleaned) == []
+        # The host's engine was waiting when killed and is cleaned up; so is the joiner's,
+        # unless on a loaded machine it had not started (then it had made no names either).
+        assert 1 <= len(cleaned) <= 2 and ipc_files(cleaned) == []
+    assert set(Path("/dev/shm").glob("ViZDoom*")) - names_before == set()
     env.close()
 
 
