@@ -142,6 +142,8 @@ def test_bench_of_a_value_based_algorithm_reports_its_replay(capsys, monkeypatch
         "256",
         "--samples_per_insert",
         str(ratio),
+        "--batch_size",
+        "64",
         "--json",
     ]
     assert main(["bench", *args]) == 0
