@@ -122,7 +122,9 @@ def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
     cls = {c.algorithm: c for c in _api_classes()}[algorithm]
     rows = []
     with tempfile.TemporaryDirectory() as train_dir:
-        with cls(env, seed=seed, train_dir=train_dir, **_settings(args.set)) as model:
+        # This script evaluates between chunks itself: no evaluation worker beside training.
+        settings = {"eval_every_env_steps": None, "stop_on": "training", **_settings(args.set)}
+        with cls(env, seed=seed, train_dir=train_dir, **settings) as model:
             wall = 0.0
             while model.env_steps < args.steps:
                 t = time.perf_counter()
@@ -172,7 +174,7 @@ def _peer_python(venv: Path) -> Path:
         pip = [str(python), "-m", "pip", "install", "-q"]
         subprocess.run([*pip, "torch==2.13.0"], check=True)
         subprocess.run(
-            [*pip, "stable-baselines3==2.9.2", "sb3-contrib==2.9.2", "box2d"], check=True
+            [*pip, "stable-baselines3==2.9.2", "sb3-contrib==2.9.2", "box2d", "pygame"], check=True
         )
     return python
 
