@@ -24,6 +24,9 @@ def _cfg(tmp_path, steps, save_replay):
         rollout=16,
         learning_starts=500,
         samples_per_insert=4.0,
+        # 1-step: a restarted stream then drops no pending n-step window, so every transition
+        # inserted before the restart is counted below.
+        n_step=1,
         save_replay=save_replay,
         device="cpu",
         seed=5,
