@@ -73,6 +73,9 @@ VALUE_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "v_min": -100.0,
         "v_max": 100.0,
         "num_atoms": 101,
+        # QR-DQN's quantiles (IQN and FQF bring their own): the loss compares every pair, so
+        # 200 (the Atari paper's) cost 16 times 50's per sample; RL Zoo uses 10-170 here.
+        "num_quantiles": 50,
     },
     # The atari_* games (rewards already clipped to their sign by the env). Dopamine's Rainbow
     # recipe (Hessel et al. 2018; Castro et al. 2018): Adam at lr 6.25e-5 and eps 1.5e-4,
