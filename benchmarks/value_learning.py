@@ -34,6 +34,7 @@ from typing import Any
 import gymnasium as gym
 
 import sampleforge
+from sampleforge.cli.signals import exit_code_of
 
 # RL Zoo's tuned settings (DLR-RM/rl-baselines3-zoo, hyperparams/dqn.yml and qrdqn.yml at
 # 22e3ff2, 2026-04) and its published scores (benchmark.md: 100K steps, deterministic).
@@ -128,8 +129,10 @@ def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
             wall = 0.0
             while model.env_steps < args.steps:
                 t = time.perf_counter()
-                model.train(args.eval_every)
+                summary = model.train(args.eval_every)
                 wall += time.perf_counter() - t
+                if summary.stopped_because == "interrupted":  # Ctrl-C or SIGTERM: all of it
+                    raise SystemExit(exit_code_of(model.runner.stop_signal))
                 result = model.evaluate(args.eval_episodes, seed=10_000 + seed)
                 mean = statistics.fmean(result.returns)
                 rows.append({"env_steps": model.env_steps, "wall_seconds": wall, "eval_mean": mean})
