@@ -59,20 +59,18 @@ def family_settings(
     frameskip). A value-based algorithm gets its own recipe (`config/algorithm_defaults.py`)."""
     if algorithm_family(algorithm) != "actor_critic":
         settings = value_settings(algorithm, family)
-        if family == "atari":
-            settings["num_workers"] = conv_on_cpu_workers()
-        return settings
-    if family is None:
+    elif family is None:
         return {}
-    if family == "continuous":
+    elif family == "continuous":
         from sampleforge.envs.mujoco import mujoco_preset
 
         return {**mujoco_preset(), **_RETURN_NORMALISATION}
-    settings = {**_FAMILIES[family], **_RETURN_NORMALISATION}
-    if family == "atari":
+    else:
+        settings = {**_FAMILIES[family], **_RETURN_NORMALISATION}
+        if family == "doom" and env is not None:
+            settings.update(_doom_discount(env))
+    if family == "atari":  # a conv network on the CPU, whichever algorithm trains it
         settings["num_workers"] = conv_on_cpu_workers()
-    if family == "doom" and env is not None:
-        settings.update(_doom_discount(env))
     return settings
 
 

@@ -144,9 +144,8 @@ class ValueLearner:
             self._step(False)
             return {"health/non_finite_updates": 1.0}
         self.network.update_normalizer(obs)
-        if self.cfg.noisy:  # (finding no noisy layer costs a walk over the modules)
-            self.network.reset_noise()
-            self.target.reset_noise()
+        self.network.reset_noise()
+        self.target.reset_noise()
         td = self._td_loss(batch, obs, next_obs)
         self.optimizer.zero_grad(set_to_none=True)
         td.loss.backward()

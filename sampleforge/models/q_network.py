@@ -32,7 +32,7 @@ from sampleforge import spaces
 from sampleforge.models.actor_critic import PIXEL_STATISTICS_SAMPLES
 from sampleforge.models.encoders import make_encoder
 from sampleforge.models.layer_norm import add_layer_norm
-from sampleforge.models.noisy import reset_noise
+from sampleforge.models.noisy import NoisyLinear
 from sampleforge.models.normalizer import RunningMeanStd
 from sampleforge.models.q_heads import (
     IQN_NUM_COSINES,
@@ -102,6 +102,9 @@ class QNetwork(nn.Module):
                 if spec.dtype == torch.uint8:
                     self.normalized_keys.append(key)
                     self.obs_normalizers.append(RunningMeanStd(spec.shape))
+        # Found once: noise is redrawn at every update and inference batch, and a walk over the
+        # modules to find none would cost each of them (a plain tuple: not registered twice).
+        self._noisy_layers = tuple(m for m in self.modules() if isinstance(m, NoisyLinear))
 
     # ------------------------------------------------------------------ normalisation
 
@@ -176,7 +179,8 @@ class QNetwork(nn.Module):
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
         """Redraw the noise of every noisy layer (none without ``noisy``)."""
-        reset_noise(self, generator)
+        for layer in self._noisy_layers:
+            layer.reset_noise(generator)
 
 
 def _one_line(space: gym.Space) -> str:
