@@ -1,7 +1,7 @@
 """sampleforge: asynchronous reinforcement learning on one machine (Sample Factory architecture).
 
     from sampleforge import APPO          # also IMPALA, A3C, DQN, Rainbow, QRDQN, IQN, FQF,
-                                          # MDQN, PQN; see docs/api.md
+                                          # MDQN, PQN, DDPG, TD3, SAC, CrossQ; docs/api.md
 
 The algorithm classes are imported on first use, so `import sampleforge.config` and the CLI's
 start-up stay light (no torch import for `sampleforge --help`).
@@ -11,7 +11,22 @@ from __future__ import annotations
 
 from typing import Any
 
-_API_NAMES = ("APPO", "IMPALA", "A3C", "DQN", "Rainbow", "QRDQN", "IQN", "FQF", "MDQN", "PQN")
+_API_NAMES = (
+    "APPO",
+    "IMPALA",
+    "A3C",
+    "DQN",
+    "Rainbow",
+    "QRDQN",
+    "IQN",
+    "FQF",
+    "MDQN",
+    "PQN",
+    "DDPG",
+    "TD3",
+    "SAC",
+    "CrossQ",
+)
 
 __all__ = list(_API_NAMES)
 

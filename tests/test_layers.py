@@ -29,10 +29,7 @@ RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folder
 
 
 # What `from sampleforge import NAME` reaches for each lazily exported name (sampleforge/__init__).
-PACKAGE_EXPORTS = {
-    name: "api"
-    for name in ("APPO", "IMPALA", "A3C", "DQN", "Rainbow", "QRDQN", "IQN", "FQF", "MDQN", "PQN")
-}
+PACKAGE_EXPORTS = {name: "api" for name in sampleforge._API_NAMES}
 
 # The processes of a run, in components/: they talk only through messages and shared buffers
 # that the wiring hands them, never by importing each other (docs/architecture.md).

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from sampleforge.algo.settings import ReturnSettings, setting
+from sampleforge.algo.replay_settings import ReplaySettings
+from sampleforge.algo.settings import setting
 
 QHeadName = Literal["scalar", "categorical", "quantile", "implicit_quantile", "fqf"]
 ExplorationName = Literal["linear", "ladder"]
@@ -18,7 +19,7 @@ _GROUP = "value_based"
 
 
 @dataclass(frozen=True)
-class ValueSettings(ReturnSettings):
+class ValueSettings(ReplaySettings):
     """Hyper-parameters of the value-based algorithms (``--algorithm dqn`` and its siblings;
     each algorithm brings its own defaults for them, ``config/families.py``)."""
 
@@ -38,29 +39,7 @@ class ValueSettings(ReturnSettings):
     layer_norm: bool = setting(
         False, "LayerNorm before every hidden activation of the Q-network (PQN).", _GROUP
     )
-    n_step: int = setting(1, "Steps of reward before the bootstrap (n-step returns).", _GROUP)
     huber_loss: bool = setting(True, "Scalar head: Huber TD loss (else squared error).", _GROUP)
-    replay_size: int = setting(100_000, "Transitions the replay holds (per policy).", _GROUP)
-    learning_starts: int = setting(1_000, "Transitions stored before the first update.", _GROUP)
-    samples_per_insert: float = setting(
-        8.0,
-        "Replay ratio: transitions sampled for updates per transition inserted (the rate "
-        "limiter holds it whatever the speeds of sampler and learner).",
-        _GROUP,
-    )
-    target_update_period: int = setting(
-        500, "Updates between target-network updates (1 with target_tau < 1: Polyak).", _GROUP
-    )
-    target_tau: float = setting(
-        1.0, "Target update: target <- tau online + (1 - tau) target (1: a hard copy).", _GROUP
-    )
-    prioritized_replay: bool = setting(
-        False, "Prioritized experience replay (Schaul et al. 2016).", _GROUP
-    )
-    priority_alpha: float = setting(0.6, "PER: priority exponent alpha.", _GROUP)
-    priority_beta: float = setting(
-        0.4, "PER: importance-weight exponent beta at the start, annealed to 1.", _GROUP
-    )
     exploration: ExplorationName = setting(
         "linear",
         "Epsilon-greedy per env: linear (epsilon_start to epsilon_end over "

@@ -438,6 +438,39 @@ class PQN(ValueBasedAlgorithm):
     algorithm = "pqn"
 
 
+class ContinuousControlAlgorithm(Algorithm):
+    """An off-policy actor-critic run for continuous control (`continuous_control` family):
+    bounded Box actions only; `predict` explores as in training unless `deterministic`,
+    `evaluate` plays the actor's mean by default; no recurrent state, no PBT or frozen
+    opponents (refused as a ConfigError)."""
+
+
+class DDPG(ContinuousControlAlgorithm):
+    """DDPG: a deterministic actor and one critic, from a replay (Lillicrap et al. 2016)."""
+
+    algorithm = "ddpg"
+
+
+class TD3(ContinuousControlAlgorithm):
+    """TD3: clipped double Q, target policy smoothing, delayed actor updates (Fujimoto et al.
+    2018)."""
+
+    algorithm = "td3"
+
+
+class SAC(ContinuousControlAlgorithm):
+    """SAC: a squashed-Gaussian actor, twin critics, a learned entropy temperature (Haarnoja
+    et al. 2018)."""
+
+    algorithm = "sac"
+
+
+class CrossQ(ContinuousControlAlgorithm):
+    """CrossQ: SAC without target networks, with batch renormalisation (Bhatt et al. 2024)."""
+
+    algorithm = "crossq"
+
+
 def _merge_settings(
     policy_kwargs: Mapping[str, Any] | None, config: Mapping[str, Any], **named: Any
 ) -> dict[str, Any]:

@@ -24,6 +24,7 @@ Must not: change how training runs; it only drives the public components.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import signal
@@ -123,6 +124,12 @@ class ComputeCosts:
 
     def limit_fps(self, cores: int, frameskip: int) -> float:
         return cores / (self.env_step + self.inference + self.learner) * frameskip
+
+    def learner_limit_fps(self, learners: int, frameskip: int) -> float:
+        """What `learners` learner processes alone could take in, each as fast as it was
+        measured (on its own torch threads): the limit of a learner-bound run whose learner
+        cannot spread over the cores the compute limit counts."""
+        return learners / self.learner * frameskip if self.learner > 0 else math.inf
 
 
 def _time_per_call(fn, min_seconds: float, warm_up: bool = True) -> float:
@@ -285,7 +292,11 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
         runner.train(
             seconds=warmup_sec + measure_sec,
             callback=record,
-            callback_every_env_steps=max(1, cfg.dataset_size),
+            # A dataset's worth, or a slot's if smaller: a replay learner at one update per
+            # step (continuous control) reports after every few of them, not every dataset.
+            callback_every_env_steps=max(
+                1, min(cfg.dataset_size, cfg.rollout * cfg.envs_per_split)
+            ),
         )
         if runner.stop_signal is not None:  # the runner stopped on it: so does the benchmark
             raise Interrupted(runner.stop_signal)  # (closing the runner on the way)

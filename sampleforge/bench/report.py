@@ -5,7 +5,11 @@ JSON keys (stable; scripts read them):
 - `pure_sim_fps`: env frames/s with random actions, one process per core, no model;
 - `compute_limit_fps`: cores / (env step + inference + learner cost per sample) x frameskip;
 - `train_fps`: steady-state env frames/s of the full system after warm-up;
-- `train_over_pure_sim`, `train_over_compute_limit`: the two ratios (null when withheld: see
+- `learner_limit_fps`: what the learners alone take in (one per policy, each at its measured
+  cost per sample, min with the compute limit): a learner-bound run's limit when one learner
+  process cannot spread over the cores the compute limit counts (continuous control);
+- `train_over_pure_sim`, `train_over_compute_limit`, `train_over_learner_limit`: the ratios
+  (null when withheld: see
   `load_pure_sim` / `load_costs`, the median number of runnable tasks during the two isolated
   measurements; a ratio is withheld when either exceeded what the measurement itself runs,
   `cores` and 1, by more than half a core, because another job was taking cores then);
@@ -53,6 +57,7 @@ class BenchReport:
     samples_per_insert: float | None = None  # these three: learners with a replay only
     replay_bytes_per_transition: float | None = None
     replay_size: float | None = None
+    learner_limit_fps: float = float("nan")
 
     @property
     def load_problem(self) -> str | None:
@@ -81,10 +86,18 @@ class BenchReport:
             return None
         return self.train_fps / self.compute_limit_fps if self.compute_limit_fps else float("nan")
 
+    @property
+    def train_over_learner_limit(self) -> float | None:
+        if self.load_problem:
+            return None
+        limit = self.learner_limit_fps
+        return self.train_fps / limit if limit and not math.isnan(limit) else float("nan")
+
     def to_json(self) -> str:
         data = asdict(self)
         data["train_over_pure_sim"] = self.train_over_pure_sim
         data["train_over_compute_limit"] = self.train_over_compute_limit
+        data["train_over_learner_limit"] = self.train_over_learner_limit
         return json.dumps(data, sort_keys=True)
 
     def _ratio_line(self) -> str:
@@ -93,7 +106,8 @@ class BenchReport:
             return f"  ratios withheld: {problem}; measure again on a quiet machine"
         return (
             f"  training / pure simulation {self.train_over_pure_sim:6.1%}   training / "
-            f"compute limit {self.train_over_compute_limit:6.1%}   ({self.bottleneck})"
+            f"compute limit {self.train_over_compute_limit:6.1%}   training / learner limit "
+            f"{self.train_over_learner_limit:6.1%}   ({self.bottleneck})"
         )
 
     def _load_line(self) -> str:
@@ -130,6 +144,8 @@ class BenchReport:
             f"{c['env_step']:.1f} us + inference {c['inference']:.1f} us at batch "
             f"{self.inference_batch_size:.0f} + learner {c['learner']:.1f} us"
             f"{self._update_cost()}; model on {self.device})",
+            f"  learner limit      {self.learner_limit_fps:>12,.0f} frames/s   (the learners "
+            f"alone, at that cost)",
             f"  training           {self.train_fps:>12,.0f} frames/s   "
             f"{self.sgd_steps_per_1000_samples:.2f} SGD steps per 1,000 samples   mean policy "
             f"lag {self.mean_policy_lag:.1f}",

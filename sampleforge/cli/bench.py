@@ -113,6 +113,10 @@ def _measure(args: argparse.Namespace, base) -> int:
         frameskip=frameskip,
         pure_sim_fps=pure,
         compute_limit_fps=costs.limit_fps(args.cores, frameskip),
+        learner_limit_fps=min(
+            costs.limit_fps(args.cores, frameskip),
+            costs.learner_limit_fps(base.num_policies, frameskip),
+        ),
         train_fps=train.fps,
         mean_policy_lag=train.mean_policy_lag,
         # The learning work per sample as the family's learner does it (a replay's learner

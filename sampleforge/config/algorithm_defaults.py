@@ -1,9 +1,10 @@
-"""The settings each value-based algorithm brings, alone and per env family.
+"""The settings each replay or PQN algorithm brings, alone and per env family.
 
 `--algorithm rainbow` is DQN with the Rainbow components switched on; `--algorithm qrdqn` the
-quantile head; and so on: an algorithm name is a bundle of `ValueSettings`
-(`algo/q_learning.py`). On top of it, each env family gets the value-based recipe that learns
-there (the actor-critic recipes of `config/families.py` do not apply to a value-based run).
+quantile head; `--algorithm td3` a deterministic actor with twin critics and delayed updates;
+and so on: an algorithm name is a bundle of its family's settings (`algo/value_settings.py`,
+`algo/continuous_settings.py`). On top of it, each env family gets the family's recipe that
+learns there (the actor-critic recipes of `config/families.py` do not apply to these runs).
 These settings fill the same layer as the env family's (``family`` in `config/sources.py`):
 a preset and explicit settings win over them, and `config.json` records where each came from.
 
@@ -164,8 +165,80 @@ PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
+# Each continuous-control algorithm as a combination of its family's components.
+CONTINUOUS_ALGORITHM_SETTINGS: dict[str, dict[str, Any]] = {
+    # Lillicrap et al. 2016, as TD3's authors re-ran it: one critic, no smoothing or delay.
+    "ddpg": {
+        "actor_distribution": "deterministic",
+        "num_critics": 1,
+        "policy_delay": 1,
+        "target_policy_noise": 0.0,
+    },
+    # Fujimoto et al. 2018: clipped double Q, target policy smoothing, delayed actor updates.
+    "td3": {
+        "actor_distribution": "deterministic",
+        "num_critics": 2,
+        "policy_delay": 2,
+        "target_policy_noise": 0.2,
+        "target_noise_clip": 0.5,
+    },
+    # Haarnoja et al. 2018b: twin critics, a squashed Gaussian, a learned temperature.
+    "sac": {"actor_distribution": "squashed_gaussian", "num_critics": 2, "policy_delay": 1},
+    # Bhatt et al. 2024: SAC without target networks, batch renormalisation in the critics and
+    # the actor, 2,048-wide critics, Adam beta1 0.5, the actor every 3 critic updates.
+    "crossq": {
+        "actor_distribution": "squashed_gaussian",
+        "num_critics": 2,
+        "target_critics": False,
+        "batch_renorm": True,
+        "critic_hidden_sizes": [2048, 2048],
+        "policy_delay": 3,
+        "learning_rate": 1e-3,
+        "actor_learning_rate": 1e-3,
+        "adam_beta1": 0.5,
+    },
+}
+
+# The continuous-control recipe of each env family.
+CONTINUOUS_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
+    # MuJoCo and the classic-control and Box2D envs with Box actions: CleanRL's SAC and TD3
+    # recipe (batches of 256 at one update per transition, a 1M replay, tau 0.005, 256 x 256
+    # ReLU MLPs, the critics at lr 1e-3 and the actor at 3e-4, no gradient clipping, raw
+    # rewards) with the first 5K steps random, on one rollout worker's 4 envs (2 splits of 2).
+    "continuous": {
+        "num_workers": 1,
+        "num_envs_per_worker": 4,
+        "worker_num_splits": 2,
+        "rollout": 16,
+        "learning_rate": 1e-3,
+        "actor_learning_rate": 3e-4,
+        "batch_size": 256,
+        "replay_size": 1_000_000,
+        "learning_starts": 5_000,
+        "random_action_steps": 5_000,
+        "samples_per_insert": 256.0,
+        "target_update_period": 1,
+        "target_tau": 0.005,
+        "gamma": 0.99,
+        "n_step": 1,
+        "mlp_hidden_sizes": [256, 256],
+        "activation": "relu",
+        "max_grad_norm": 0.0,
+        "reward_scale": 1.0,
+        "normalize_obs": False,
+        "normalize_returns": False,
+    },
+}
+
+
 def value_settings(algorithm: str, family: str | None) -> dict[str, Any]:
     """The settings of value-based `algorithm` on an env of `family` (None: no family)."""
     by_family = PQN_FAMILY_SETTINGS if algorithm == "pqn" else VALUE_FAMILY_SETTINGS
     env_part = by_family.get(family, {}) if family else {}
     return {**env_part, **ALGORITHM_SETTINGS[algorithm]}
+
+
+def continuous_settings(algorithm: str, family: str | None) -> dict[str, Any]:
+    """The settings of continuous-control `algorithm` on an env of `family` (None: none)."""
+    env_part = CONTINUOUS_FAMILY_SETTINGS.get(family, {}) if family else {}
+    return {**env_part, **CONTINUOUS_ALGORITHM_SETTINGS[algorithm]}

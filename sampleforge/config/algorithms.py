@@ -11,6 +11,9 @@ A family shares a model, a learner and its staging and gating:
 - `value_based` (DQN, Rainbow, QR-DQN, IQN, FQF, M-DQN): one Q-network and the TD losses of
   `algo/q_learning.py`, composed by settings; a replay, sampling held to a replay ratio.
 - `pqn` (PQN): the same Q-network with LayerNorm, Q(lambda) on fresh trajectories, no replay.
+- `continuous_control` (DDPG, TD3, SAC, CrossQ): an actor and an ensemble of critics, the
+  losses of `algo/continuous_control.py` composed by settings; the value-based family's replay
+  and rate limiter.
 
 Must not: import models, learners or anything above config.
 """
@@ -20,9 +23,22 @@ from __future__ import annotations
 from typing import Literal
 
 AlgorithmName = Literal[
-    "appo", "impala", "a3c", "dqn", "rainbow", "qrdqn", "iqn", "fqf", "mdqn", "pqn"
+    "appo",
+    "impala",
+    "a3c",
+    "dqn",
+    "rainbow",
+    "qrdqn",
+    "iqn",
+    "fqf",
+    "mdqn",
+    "pqn",
+    "ddpg",
+    "td3",
+    "sac",
+    "crossq",
 ]
-FamilyName = Literal["actor_critic", "value_based", "pqn"]
+FamilyName = Literal["actor_critic", "value_based", "pqn", "continuous_control"]
 
 ALGORITHM_FAMILIES: dict[str, FamilyName] = {
     "appo": "actor_critic",
@@ -35,6 +51,10 @@ ALGORITHM_FAMILIES: dict[str, FamilyName] = {
     "fqf": "value_based",
     "mdqn": "value_based",
     "pqn": "pqn",
+    "ddpg": "continuous_control",
+    "td3": "continuous_control",
+    "sac": "continuous_control",
+    "crossq": "continuous_control",
 }
 
 

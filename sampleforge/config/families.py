@@ -33,7 +33,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from sampleforge.config.algorithm_defaults import value_settings
+from sampleforge.config.algorithm_defaults import continuous_settings, value_settings
 from sampleforge.config.algorithms import algorithm_family
 from sampleforge.config.schema import available_cores
 
@@ -57,7 +57,9 @@ def family_settings(
     """The settings of `family` (one of FAMILY_NAMES) for `algorithm`, and, given the env's
     name, those that depend on the env within its family (a Doom env's discount, from its
     frameskip). A value-based algorithm gets its own recipe (`config/algorithm_defaults.py`)."""
-    if algorithm_family(algorithm) != "actor_critic":
+    if algorithm_family(algorithm) == "continuous_control":
+        settings = continuous_settings(algorithm, family)
+    elif algorithm_family(algorithm) != "actor_critic":
         settings = value_settings(algorithm, family)
     elif family is None:
         return {}

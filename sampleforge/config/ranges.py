@@ -88,11 +88,12 @@ FLOAT_RANGES: dict[str, FloatRange] = {
     "value_clip": _POSITIVE,
     "value_loss_coeff": _LOSS_WEIGHT,
     "entropy_coeff": _LOSS_WEIGHT,
-    # --- value-based (`algo/q_learning.py: ValueSettings`) ---------------------------------
+    # --- the replay families (`algo/replay_settings.py: ReplaySettings`) --------------------
     "samples_per_insert": _POSITIVE,
     "target_tau": FloatRange(0.0, 1.0, low_open=True),
     "priority_alpha": _NON_NEGATIVE,
     "priority_beta": _UNIT,
+    # --- value-based (`algo/value_settings.py: ValueSettings`) -----------------------------
     "epsilon_start": _UNIT,
     "epsilon_end": _UNIT,
     "epsilon_ladder_base": _UNIT,
@@ -102,6 +103,15 @@ FLOAT_RANGES: dict[str, FloatRange] = {
     "munchausen_tau": _POSITIVE,
     "munchausen_clip": FloatRange(high=0.0, high_open=True),
     "q_lambda": _UNIT,
+    # --- continuous control (`algo/continuous_settings.py: ContinuousSettings`) ------------
+    "actor_learning_rate": FloatRange(
+        0.0, 1.0, low_open=True, why="Adam moves each weight by up to about this much a step"
+    ),
+    "exploration_noise": _NON_NEGATIVE,
+    "target_policy_noise": _NON_NEGATIVE,
+    "target_noise_clip": _NON_NEGATIVE,
+    "entropy_temperature": _POSITIVE,
+    "batch_renorm_momentum": FloatRange(0.0, 1.0, low_open=True),
     # --- the rest of the learner -----------------------------------------------------------
     "reward_scale": FloatRange(
         0.0, 1e6, low_open=True, why="larger ones overflow float32 rewards and returns"

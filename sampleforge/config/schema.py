@@ -3,7 +3,9 @@
 `Config` is a frozen dataclass; each field carries its help text and group in its metadata,
 and both the command-line flags (`sampleforge.config.cli_args`) and the Python API keywords are
 derived from it. The hyper-parameters of each algorithm family are declared once, beside its
-loss (`algo/actor_critic_loss.py: ActorCriticSettings`, `algo/q_learning.py: ValueSettings`),
+loss (`algo/actor_critic_settings.py: ActorCriticSettings`, `algo/value_settings.py:
+ValueSettings`, `algo/continuous_settings.py: ContinuousSettings`; the replay families share
+`algo/replay_settings.py: ReplaySettings`),
 and `Config` inherits them, so a loss reads them from the config itself; this module declares
 the rest. Validation lives in `validation.py`; nothing here starts processes or builds
 environments (the algorithm modules bring torch).
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from sampleforge.algo.actor_critic_settings import ActorCriticSettings
+from sampleforge.algo.continuous_settings import ContinuousSettings
 from sampleforge.algo.settings import setting
 from sampleforge.algo.value_settings import ValueSettings
 from sampleforge.config.algorithms import AlgorithmName, algorithm_family
@@ -57,7 +60,9 @@ GROUPS = (
     "population",
     "learner",
     "actor_critic",
+    "replay",
     "value_based",
+    "continuous_control",
     "model",
     "reliability",
     "evaluation",
@@ -73,7 +78,7 @@ def available_cores() -> int:
 
 
 @dataclass(frozen=True)
-class Config(ActorCriticSettings, ValueSettings):
+class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
     """Every setting of a training run. Field names are the CLI flags (`--num_workers 4`).
 
     The algorithms' settings (and `gamma`, which they share) are inherited, never repeated
@@ -124,8 +129,11 @@ class Config(ActorCriticSettings, ValueSettings):
     )
     algorithm: AlgorithmName = option(
         "appo",
-        "appo: PPO clipping, advantages from V-trace or GAE (with_vtrace); impala: V-trace actor-critic without a trust "
-        "region; a3c: advantage actor-critic without off-policy correction.",
+        "appo: PPO clipping, advantages from V-trace or GAE (with_vtrace); impala: V-trace "
+        "actor-critic without a trust region; a3c: advantage actor-critic without off-policy "
+        "correction; dqn, rainbow, qrdqn, iqn, fqf, mdqn: Q-learning from a replay; pqn: "
+        "Q(lambda) on fresh rollouts; ddpg, td3, sac, crossq: continuous control from a replay "
+        "(docs/off_policy.md).",
         "experiment",
     )
 
@@ -468,7 +476,7 @@ class Config(ActorCriticSettings, ValueSettings):
         throughput figure must be quoted with to compare with another system. A replay learner
         makes one step per batch of `batch_size` samples drawn, `samples_per_insert` per sample
         stored; an on-policy one `num_epochs` passes of minibatches over each dataset."""
-        if algorithm_family(self.algorithm) == "value_based":
+        if algorithm_family(self.algorithm) in ("value_based", "continuous_control"):
             return 1000.0 * self.samples_per_insert / self.batch_size
         return 1000.0 * self.num_epochs * self.num_batches_per_epoch / self.dataset_size
 
@@ -487,5 +495,7 @@ def config_fields() -> list[dataclasses.Field]:
 def config_to_dict(cfg: Config) -> dict[str, Any]:
     """A JSON-ready dict of every setting, in the order of `config_fields`."""
     out = dataclasses.asdict(cfg)
-    out["mlp_hidden_sizes"] = list(cfg.mlp_hidden_sizes)
+    for name in ("mlp_hidden_sizes", "critic_hidden_sizes"):
+        value = getattr(cfg, name)
+        out[name] = None if value is None else list(value)
     return {f.name: out[f.name] for f in config_fields()}

@@ -212,14 +212,18 @@ _POSITIVE_INTS = (
     "snapshot_every_env_steps",
     "pbt_period_env_steps",
     "learner_torch_threads",
-    # value-based (`algo/q_learning.py: ValueSettings`)
+    # the replay families (`algo/replay_settings.py`)
     "replay_size",
     "learning_starts",
     "target_update_period",
+    # value-based (`algo/value_settings.py`)
     "exploration_env_steps",
     "num_quantiles",
+    # continuous control (`algo/continuous_settings.py`)
+    "num_critics",
+    "policy_delay",
 )
-_NON_NEGATIVE_INTS = ("num_frozen_opponents",)
+_NON_NEGATIVE_INTS = ("num_frozen_opponents", "random_action_steps", "batch_renorm_warmup")
 # A categorical support needs two atoms to span [v_min, v_max]; FQF's proposal two fractions
 # to place a quantile between 0 and 1.
 _AT_LEAST_TWO_INTS = ("num_atoms", "num_fractions")
@@ -262,8 +266,9 @@ def _value_range_problems(cfg: Config) -> list[str]:
             problems.append(f"{name}: {value} must be >= 1 (or none)")
     if cfg.early_env_steps < 0:
         problems.append(f"early_env_steps: {cfg.early_env_steps} must be >= 0")
-    if any(size < 1 for size in cfg.mlp_hidden_sizes):
-        problems.append(f"mlp_hidden_sizes: {cfg.mlp_hidden_sizes} must all be >= 1")
+    for name in ("mlp_hidden_sizes", "critic_hidden_sizes"):
+        if any(size < 1 for size in getattr(cfg, name) or ()):
+            problems.append(f"{name}: {getattr(cfg, name)} must all be >= 1")
     problem = experiment_name_problem(cfg.experiment_name)
     if problem:
         problems.append(f"experiment: {cfg.experiment_name!r} {problem}")
@@ -296,7 +301,7 @@ def experiment_name_problem(name: str) -> str | None:
 
 
 # Families that learn from a replay: their batches are transitions, not whole trajectories.
-_REPLAY_FAMILIES: tuple[FamilyName, ...] = ("value_based",)
+_REPLAY_FAMILIES: tuple[FamilyName, ...] = ("value_based", "continuous_control")
 
 
 def cross_field_problems(cfg: Config) -> list[str]:

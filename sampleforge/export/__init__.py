@@ -5,6 +5,7 @@ Must not: train, or read checkpoints (the CLI's ``export`` command does).
 """
 
 from sampleforge.export.onnx_export import (
+    ContinuousPolicyStep,
     OnnxExport,
     PolicyStep,
     QPolicyStep,
@@ -14,6 +15,7 @@ from sampleforge.export.onnx_export import (
 )
 
 __all__ = [
+    "ContinuousPolicyStep",
     "OnnxExport",
     "PolicyStep",
     "QPolicyStep",

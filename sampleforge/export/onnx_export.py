@@ -23,6 +23,12 @@ A Q-network of the value-based algorithms (`QPolicyStep`):
              head's expected values: for a distributional head the mean over its atoms or
              quantiles, at evenly spaced fractions for IQN; noisy layers at their mean weights)
 
+An actor of the continuous-control algorithms (`ContinuousPolicyStep`):
+
+    inputs   one per observation key, as above (no recurrent state)
+    outputs  ``action``: the deterministic action [batch, A] (tanh of the actor's mean,
+             rescaled to the env's bounds)
+
 Observation normalisation (``normalize_obs``) is inside the graph. The batch axis is dynamic.
 
 Must not: sample actions (a sampling graph would not match PyTorch), read checkpoints, or
@@ -41,6 +47,7 @@ from torch import nn
 
 from sampleforge.models.action_heads import GaussianActionHead
 from sampleforge.models.actor_critic import ActorCritic
+from sampleforge.models.continuous_policy import ContinuousPolicy
 from sampleforge.models.policy import Policy
 from sampleforge.models.q_policy import QPolicy
 from sampleforge.spaces import TensorSpec
@@ -107,19 +114,26 @@ class PolicyStep(nn.Module):
         return outputs + ((new_state,) if self.recurrent else ())
 
 
-class QPolicyStep(nn.Module):
-    """One greedy acting step of a `QPolicy` with positional tensor inputs (see module doc)."""
+class _FeedForwardStep(nn.Module):
+    """A step whose inputs are the observation keys only (no recurrent state)."""
 
-    def __init__(self, model: QPolicy) -> None:
+    def __init__(self, model: nn.Module, obs_specs: dict[str, TensorSpec]) -> None:
         super().__init__()
         self.model = model
-        self.obs_specs: dict[str, TensorSpec] = dict(model.network.obs_specs)
+        self.obs_specs = obs_specs
         self.obs_keys = tuple(self.obs_specs)
         self.rnn_state_size = 0
 
     @property
     def input_names(self) -> tuple[str, ...]:
         return self.obs_keys
+
+
+class QPolicyStep(_FeedForwardStep):
+    """One greedy acting step of a `QPolicy` with positional tensor inputs (see module doc)."""
+
+    def __init__(self, model: QPolicy) -> None:
+        super().__init__(model, dict(model.network.obs_specs))
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -130,15 +144,32 @@ class QPolicyStep(nn.Module):
         return q.argmax(dim=1, keepdim=True), q
 
 
+class ContinuousPolicyStep(_FeedForwardStep):
+    """One deterministic acting step of a `ContinuousPolicy` with positional tensor inputs."""
+
+    def __init__(self, model: ContinuousPolicy) -> None:
+        super().__init__(model, dict(model.obs_specs))
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return ("action",)
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(dict(zip(self.obs_keys, inputs)))  # normalises observations itself
+
+
+_Step = PolicyStep | QPolicyStep | ContinuousPolicyStep
+
 # The step of each kind of network; a family whose network is none of these cannot be exported
 # until it gets an entry here.
-_STEPS: dict[type[nn.Module], type[PolicyStep] | type[QPolicyStep]] = {
+_STEPS: dict[type[nn.Module], type[_Step]] = {
     ActorCritic: PolicyStep,
     QPolicy: QPolicyStep,
+    ContinuousPolicy: ContinuousPolicyStep,
 }
 
 
-def acting_step(model: Policy) -> PolicyStep | QPolicyStep:
+def acting_step(model: Policy) -> _Step:
     """The deterministic acting step of `model` as a module with positional tensor inputs."""
     for kind in type(model).__mro__:
         if kind in _STEPS:
@@ -154,7 +185,7 @@ def example_inputs(model: Policy, batch_size: int = 2) -> tuple[torch.Tensor, ..
     return _zero_inputs(acting_step(model), batch_size)
 
 
-def _zero_inputs(step: PolicyStep | QPolicyStep, batch_size: int) -> tuple[torch.Tensor, ...]:
+def _zero_inputs(step: _Step, batch_size: int) -> tuple[torch.Tensor, ...]:
     inputs = [
         torch.zeros(batch_size, *spec.shape, dtype=spec.dtype) for spec in step.obs_specs.values()
     ]

@@ -30,6 +30,7 @@ from sampleforge.config.algorithms import algorithm_family
 from sampleforge.config.ranges import learner_seed
 from sampleforge.learners.actor_critic import ActorCriticLearner, actor_critic_staging_bytes
 from sampleforge.learners.batcher import Batcher
+from sampleforge.learners.continuous_learner import ContinuousLearner
 from sampleforge.learners.pqn_learner import PQNLearner
 from sampleforge.learners.probe_data import fill_replay, random_dataset
 from sampleforge.learners.protocols import GatesSampling, StagesData, Trains
@@ -37,7 +38,7 @@ from sampleforge.learners.replay_gate import ReplayRatioGate
 from sampleforge.learners.replay_stager import ReplayStager
 from sampleforge.learners.sampling_gate import SamplingGate
 from sampleforge.learners.value_learner import ValueLearner
-from sampleforge.models.factory import make_q_policy
+from sampleforge.models.factory import make_policy_model, make_q_policy
 from sampleforge.spaces import action_spec, observation_specs
 
 
@@ -113,9 +114,16 @@ def _make_pqn(cfg: Config, site: LearnerSite) -> LearnerParts:
 _BATCHES_PER_TAKE = 4
 
 
-def _make_value_based(cfg: Config, site: LearnerSite) -> LearnerParts:
+# A replay family's learner class, called with its config, model (the family's policy), stager,
+# device, frameskip and policy id.
+ReplayLearnerFactory = Callable[..., Trains]
+
+
+def _replay_parts(
+    cfg: Config, site: LearnerSite, make_learner: ReplayLearnerFactory
+) -> LearnerParts:
     """Off-policy: a replay of every transition the sampler made, sampled on a thread at the
-    replay ratio, which also bounds sampling."""
+    replay ratio, which also bounds sampling; `make_learner` trains on its batches."""
     layout = site.buffer.layout
     rows = layout.rows_per_slot
     total_splits = cfg.num_workers * cfg.worker_num_splits
@@ -148,10 +156,18 @@ def _make_value_based(cfg: Config, site: LearnerSite) -> LearnerParts:
         reward_clip=cfg.reward_clip,
         batches_per_take=_BATCHES_PER_TAKE,
     )
-    model = make_q_policy(cfg, site.observation_space, site.action_space)
-    learner = ValueLearner(cfg, model, stager, site.device, site.frameskip, site.policy_id)
+    model = make_policy_model(cfg, site.observation_space, site.action_space)
+    learner = make_learner(cfg, model, stager, site.device, site.frameskip, site.policy_id)
     gate = ReplayRatioGate(site.slots.ledger, site.policy_id, limiter, transitions_per_slot)
     return LearnerParts(learner=learner, stager=stager, gate=gate)
+
+
+def _make_value_based(cfg: Config, site: LearnerSite) -> LearnerParts:
+    return _replay_parts(cfg, site, ValueLearner)
+
+
+def _make_continuous_control(cfg: Config, site: LearnerSite) -> LearnerParts:
+    return _replay_parts(cfg, site, ContinuousLearner)
 
 
 # family name (config/algorithms.py) -> how its parts are built
@@ -159,6 +175,7 @@ FAMILIES: dict[str, Callable[[Config, LearnerSite], LearnerParts]] = {
     "actor_critic": _make_actor_critic,
     "value_based": _make_value_based,
     "pqn": _make_pqn,
+    "continuous_control": _make_continuous_control,
 }
 
 
@@ -224,8 +241,12 @@ _PROBE_STREAMS = 4
 _PROBE_REPLAY_SIZE = 2048
 
 
-def _value_based_probe(
-    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+def _replay_probe(
+    cfg: Config,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    device: torch.device,
+    make_learner: ReplayLearnerFactory,
 ) -> TrainingProbe:
     """One call: the updates the learner worker makes from one take of sampled batches, each
     batch drawn by the replay's sampler thread as in training. Each update stands for
@@ -259,8 +280,8 @@ def _value_based_probe(
             reward_clip=cfg.reward_clip,
             batches_per_take=_BATCHES_PER_TAKE,
         )
-        model = make_q_policy(cfg, observation_space, action_space)
-        learner = ValueLearner(cfg, model, stager, device, frameskip=1)
+        model = make_policy_model(cfg, observation_space, action_space)
+        learner = make_learner(cfg, model, stager, device, 1, 0)
     except BaseException:
         sampler.close()
         raise
@@ -277,11 +298,24 @@ def _value_based_probe(
     )
 
 
+def _value_based_probe(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> TrainingProbe:
+    return _replay_probe(cfg, observation_space, action_space, device, ValueLearner)
+
+
+def _continuous_control_probe(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+) -> TrainingProbe:
+    return _replay_probe(cfg, observation_space, action_space, device, ContinuousLearner)
+
+
 # family name -> how a stand-alone probe of its learner is built
 PROBES: dict[str, Callable[[Config, gym.Space, gym.Space, torch.device], TrainingProbe]] = {
     "actor_critic": _actor_critic_probe,
     "value_based": _value_based_probe,
     "pqn": _pqn_probe,
+    "continuous_control": _continuous_control_probe,
 }
 
 
@@ -334,6 +368,7 @@ STAGING: dict[str, Callable[[Config, TrajectoryLayout | None], StagingEstimate]]
     "actor_critic": _actor_critic_staging,
     "value_based": _replay_staging,
     "pqn": _actor_critic_staging,
+    "continuous_control": _replay_staging,
 }
 
 

@@ -154,6 +154,20 @@ class ReplayStager:
             self._lags = []
         return self._last_lags
 
+    def report(self, replay_size: int) -> dict[str, float]:
+        """The policy lags since the last report and the replay's statistics, for telemetry
+        (`replay_size`: its capacity, by which bytes per transition are counted once full)."""
+        lags = self.take_lags()
+        return {
+            "policy_lag/min": float(lags.min()),
+            "policy_lag/mean": float(lags.mean()),
+            "policy_lag/max": float(lags.max()),
+            "replay/size": float(self.replay.num_sampleable),
+            "replay/samples_per_insert": float(self.limiter.observed_samples_per_insert),
+            "replay/bytes_per_transition": self.replay.nbytes()
+            / max(1, min(self.inserted_steps, replay_size)),
+        }
+
     # --- state ----------------------------------------------------------------------------------
     def lasting_state(self) -> dict:
         """The replay and its limiter (`--save_replay` puts them in checkpoints)."""

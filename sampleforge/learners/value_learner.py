@@ -33,13 +33,13 @@ from sampleforge.algo.q_learning import (
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
 from sampleforge.learners.optimization import (
-    SkippedUpdates,
     clip_gradients,
     load_model,
     raise_unless_finite,
     set_scheduled_learning_rate,
     step_unless_non_finite,
 )
+from sampleforge.learners.replay_learning import ReplayLearning
 from sampleforge.learners.replay_stager import ReplayStager
 from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.q_heads import (
@@ -52,7 +52,7 @@ from sampleforge.models.q_network import QNetwork
 from sampleforge.models.q_policy import QPolicy
 
 
-class ValueLearner:
+class ValueLearner(ReplayLearning):
     """A value-based policy's training state and update rule (see the module docstring)."""
 
     def __init__(
@@ -64,21 +64,14 @@ class ValueLearner:
         frameskip: int,
         policy_id: int = 0,
     ):
-        self.cfg = cfg
+        super().__init__(cfg, stager, device, frameskip, policy_id)
         self._model = model.to(device)
         self._model.network.train()
         self.target = copy.deepcopy(self.network).to(device)
         self.target.requires_grad_(False)
-        self.stager = stager
-        self._device = device
-        self.frameskip = frameskip
-        self.policy_id = policy_id
         self.learning_rate = cfg.learning_rate
         self.optimizer = self._new_optimizer()
         self.fraction_optimizer = self._new_fraction_optimizer()
-        self.policy_version = 0
-        self.updates = 0
-        self.skips = SkippedUpdates(cfg.max_consecutive_skipped_updates)
         self._step_undo = StepUndo()
 
     # --- Trains ---------------------------------------------------------------------------------
@@ -90,18 +83,6 @@ class ValueLearner:
     def network(self) -> QNetwork:
         return self._model.network
 
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    @property
-    def env_steps(self) -> int:
-        return self.stager.inserted_steps * self.frameskip
-
-    @property
-    def sgd_steps_per_dataset(self) -> int:
-        return self.stager.batches_per_take
-
     def train(self, data: list[ReplayBatch], on_sgd_step: Callable[[], None]) -> dict[str, float]:
         """One SGD step per batch; returns averaged statistics."""
         self._set_learning_rate()
@@ -110,27 +91,17 @@ class ValueLearner:
         for batch in data:
             for k, v in self._update(batch).items():
                 totals[k] = totals.get(k, 0.0) + v
-            self._model.set_trained_env_steps(self.env_steps)
-            self.stager.current_version = self.policy_version
-            on_sgd_step()
+            self._published(self._model, on_sgd_step)
         out = {k: v / max(len(data), 1) for k, v in totals.items()}
         out.update(self._report())
         return out
 
     def _report(self) -> dict[str, float]:
-        lags = self.stager.take_lags()
-        limiter = self.stager.limiter
         eps = self._model.epsilons(1, None, torch.device("cpu"))
         return {
-            "policy_lag/min": float(lags.min()),
-            "policy_lag/mean": float(lags.mean()),
-            "policy_lag/max": float(lags.max()),
+            **self.stager.report(self.cfg.replay_size),
             "learner/lr": self.optimizer.param_groups[0]["lr"],
             "learner/epsilon": float(eps[0]),
-            "replay/size": float(self.stager.replay.num_sampleable),
-            "replay/samples_per_insert": float(limiter.observed_samples_per_insert),
-            "replay/bytes_per_transition": self.stager.replay.nbytes()
-            / max(1, min(self.stager.inserted_steps, self.cfg.replay_size)),
             "health/skipped_updates": float(self.skipped_updates),
         }
 
@@ -254,10 +225,6 @@ class ValueLearner:
         self.skips.record(taken)
         return taken
 
-    @property
-    def skipped_updates(self) -> int:
-        return self.skips.total
-
     @torch.no_grad()
     def _update_target(self) -> None:
         tau = self.cfg.target_tau
@@ -338,10 +305,7 @@ class ValueLearner:
             "fraction_optimizer": None
             if self.fraction_optimizer is None
             else self.fraction_optimizer.state_dict(),
-            "policy_version": self.policy_version,
-            "env_steps": self.env_steps,
-            "updates": self.updates,
-            "skipped_updates": self.skipped_updates,
+            **self._counters(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -350,8 +314,4 @@ class ValueLearner:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.fraction_optimizer is not None and state["fraction_optimizer"] is not None:
             self.fraction_optimizer.load_state_dict(state["fraction_optimizer"])
-        self.policy_version = int(state["policy_version"])
-        self.stager.inserted_steps = int(state["env_steps"]) // self.frameskip
-        self.updates = int(state["updates"])
-        self.skips.total = int(state.get("skipped_updates", 0))
-        self.stager.current_version = self.policy_version
+        self._restore_counters(state)

@@ -7,14 +7,23 @@ setting names any encoder of ``models/registry.py``: a user's own ``nn.Module`` 
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, cast
 
 import gymnasium as gym
+import numpy as np
 import torch
 
+from sampleforge import spaces
 from sampleforge.config import Config, ConfigError
 from sampleforge.config.algorithms import algorithm_family, family_algorithms
 from sampleforge.models.actor_critic import ActorCritic
+from sampleforge.models.continuous_actor import BatchRenormSettings, ContinuousActor, vector_size
+from sampleforge.models.continuous_policy import (
+    ContinuousExploration,
+    ContinuousPolicy,
+    action_bounds,
+)
+from sampleforge.models.normalizer import RunningMeanStd
 from sampleforge.models.policy import Policy
 from sampleforge.models.q_network import make_q_network
 from sampleforge.models.q_policy import Exploration, QPolicy
@@ -38,6 +47,8 @@ MODEL_SETTINGS = (
     "num_atoms",
     "num_quantiles",
     "num_fractions",
+    "actor_distribution",
+    "batch_renorm",
 )
 
 
@@ -93,11 +104,43 @@ def make_q_policy(cfg: Config, observation_space: gym.Space, action_space: gym.S
     return QPolicy(network, exploration)
 
 
+def batch_renorm_settings(cfg: Config) -> BatchRenormSettings | None:
+    """How `cfg`'s continuous-control networks renormalise their batches (None: they don't)."""
+    if not cfg.batch_renorm:
+        return None
+    return BatchRenormSettings(cfg.batch_renorm_warmup, cfg.batch_renorm_momentum)
+
+
+def make_continuous_policy(
+    cfg: Config, observation_space: gym.Space, action_space: gym.Space
+) -> ContinuousPolicy:
+    """The actor `cfg` describes (`ContinuousSettings`), acting in `action_space`'s bounds with
+    `cfg`'s exploration. ValueError (one line) for actions that are not a bounded Box or
+    observations that are not float vectors."""
+    action_bounds(action_space)  # before anything is built: the clearer message first
+    obs_specs = spaces.observation_specs(observation_space)
+    features = vector_size(obs_specs)
+    actor = ContinuousActor(
+        features,
+        int(np.prod(cast(tuple[int, ...], action_space.shape))),
+        distribution=cfg.actor_distribution,
+        hidden_sizes=tuple(cfg.mlp_hidden_sizes),
+        activation=cfg.activation,
+        batch_renorm=batch_renorm_settings(cfg),
+    )
+    exploration = ContinuousExploration(
+        random_action_steps=cfg.random_action_steps, noise_std=cfg.exploration_noise
+    )
+    normalizer = RunningMeanStd((features,)) if cfg.normalize_obs else None
+    return ContinuousPolicy(actor, obs_specs, action_space, exploration, normalizer)
+
+
 # family (config/algorithms.py) -> the network its policies act and learn with
 MODEL_FAMILIES: dict[str, Callable[[Config, gym.Space, gym.Space], Policy]] = {
     "actor_critic": make_actor_critic,
     "value_based": make_q_policy,
     "pqn": make_q_policy,
+    "continuous_control": make_continuous_policy,
 }
 
 

@@ -8,6 +8,7 @@
 | `DelayedRewardProbe` | discounting and the time axis: two-step episodes showing [s, 0] then [0, s] (s = +1 or -1) and paying s at the second step, so V([s, 0]) = gamma s and V([0, s]) = s |
 | `ActionRewardProbe` | the sign of the policy gradient: a constant observation, action 0 pays +1 and action 1 pays -1, so pi(0) -> 1 and V -> +1 (V = 2 pi(0) - 1 on the way) |
 | `ObservationActionRewardProbe` | the policy reads the observation: action 1 pays +1 on [+1], action 0 pays +1 on [-1] (the other pays -1), so the right action's probability -> 1 and V -> +1 for both |
+| `TargetActionProbe` | a continuous actor reads the observation and reaches the action it asks for inside bounds other than [-1, 1]: one-step episodes showing [+1] or [-1] and paying -(a - target)^2, targets 3 and 1 in Box([0], [4]) |
 | `register_scaled_cartpole(name, scale)` | learning does not depend on the reward's scale: CartPole-v1 paying `scale` per step (return normalisation) |
 
 The observation does not tell the time, so an agent that treats the time limit as a termination
@@ -47,6 +48,7 @@ __all__ = [
     "DelayedRewardProbe",
     "ObservationActionRewardProbe",
     "ObservationRewardProbe",
+    "TargetActionProbe",
     "constant_reward_values",
     "register_probe_env",
     "register_scaled_cartpole",
@@ -247,6 +249,39 @@ class ObservationActionRewardProbe(_KnownValueProbe):
     def step(self, action: Any):
         right = int(action) == (1 if self._sign > 0 else 0)
         return self.TERMINAL_OBS.copy(), 1.0 if right else -1.0, True, False, {}
+
+
+class TargetActionProbe(gym.Env):
+    """A continuous actor must read the observation and reach the action it asks for, inside
+    bounds that are not [-1, 1]: one step per episode.
+
+    Each episode shows o = [+1] or [-1] (equally likely) and pays -(a - target(o))^2 for the
+    action a in Box([0], [4]), where target([+1]) = 3 and target([-1]) = 1; then it terminates.
+    The optimal deterministic actions are `TARGET_ACTIONS`, worth 0.
+
+    An actor that ignores the observation settles between the targets (2); one whose actions are
+    not rescaled to the bounds cannot leave [-1, 1] and gets neither; a policy gradient of the
+    wrong sign drives the actions to the bounds.
+    """
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(0.0, 4.0, (1,), np.float32)
+    OBSERVATIONS = np.array([[1.0], [-1.0]], np.float32)
+    TARGET_ACTIONS = np.array([[3.0], [1.0]], np.float32)
+    TERMINAL_OBS = np.zeros(1, np.float32)
+
+    def __init__(self) -> None:
+        self._sign = 1.0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self._sign = 1.0 if self.np_random.integers(2) else -1.0
+        return np.array([self._sign], np.float32), {}
+
+    def step(self, action: Any):
+        target = 2.0 + self._sign
+        reward = -float((float(np.asarray(action).reshape(-1)[0]) - target) ** 2)
+        return self.TERMINAL_OBS.copy(), reward, True, False, {}
 
 
 def make_probe(

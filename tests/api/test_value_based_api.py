@@ -9,7 +9,12 @@ import torch
 
 import sampleforge
 from sampleforge import APPO, DQN, FQF, IQN, MDQN, PQN, QRDQN, Rainbow
-from sampleforge.api import ActorCriticAlgorithm, Algorithm, ValueBasedAlgorithm
+from sampleforge.api import (
+    ActorCriticAlgorithm,
+    Algorithm,
+    ContinuousControlAlgorithm,
+    ValueBasedAlgorithm,
+)
 from sampleforge.config import ConfigError
 from sampleforge.config.algorithms import ALGORITHM_FAMILIES
 from sampleforge.evaluation import save_model_file
@@ -70,11 +75,10 @@ def test_every_algorithm_has_one_class_exported_by_the_package():
     assert set(sampleforge._API_NAMES) == {cls.__name__ for cls in classes.values()}
     for cls in classes.values():
         assert getattr(sampleforge, cls.__name__) is cls
-        kind = (
-            ActorCriticAlgorithm
-            if ALGORITHM_FAMILIES[cls.algorithm] == "actor_critic"
-            else ValueBasedAlgorithm
-        )
+        kind = {
+            "actor_critic": ActorCriticAlgorithm,
+            "continuous_control": ContinuousControlAlgorithm,
+        }.get(ALGORITHM_FAMILIES[cls.algorithm], ValueBasedAlgorithm)
         assert issubclass(cls, kind)
 
 

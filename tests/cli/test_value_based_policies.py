@@ -83,6 +83,7 @@ def test_a_value_based_algorithm_on_box_actions_is_refused_before_anything_start
     err = capsys.readouterr().err
     assert err == (
         "sampleforge: invalid config: algorithm 'rainbow' cannot act in env 'Pendulum-v1' "
-        "(actions Box(-2.0, 2.0, (1,), float32)); algorithms that fit it: appo, impala, a3c\n"
+        "(actions Box(-2.0, 2.0, (1,), float32)); algorithms that fit it: appo, impala, a3c, "
+        "ddpg, td3, sac, crossq\n"
     )
     assert not train_dir.exists()  # nothing written

@@ -1,5 +1,5 @@
-"""A value-based run keeps its replay across a restart with --save_replay, and says that it
-refills without it; counters resume either way."""
+"""A replay run (value-based, continuous control) keeps its replay across a restart with
+--save_replay, and says that it refills without it; counters resume either way."""
 
 import logging
 
@@ -11,12 +11,19 @@ from sampleforge.components.learner_worker import STAGER_KEY
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 
+# Each replay family on an env it acts in (SAC with small networks: seconds of training).
+_RUNS = {
+    "dqn": dict(env="CartPole-v1"),
+    "sac": dict(
+        env="Pendulum-v1", random_action_steps=500, batch_size=32, mlp_hidden_sizes=[32, 32]
+    ),
+}
 
-def _cfg(tmp_path, steps, save_replay):
+
+def _cfg(tmp_path, steps, save_replay, algorithm):
     return make_config(
-        env="CartPole-v1",
-        algorithm="dqn",
-        experiment="dqn",
+        algorithm=algorithm,
+        experiment="run",
         train_dir=str(tmp_path),
         train_for_env_steps=steps,
         num_workers=1,
@@ -31,20 +38,27 @@ def _cfg(tmp_path, steps, save_replay):
         device="cpu",
         seed=5,
         report_every_sec=30,
+        **_RUNS[algorithm],
     )
 
 
 def _replay_in_last_checkpoint(tmp_path):
-    store = CheckpointStore(tmp_path / "dqn" / "checkpoints" / "p0")
+    store = CheckpointStore(tmp_path / "run" / "checkpoints" / "p0")
     state, _ = store.load_latest(map_location=torch.device("cpu"))
     return state.get(STAGER_KEY)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("save_replay", [True, False], ids=["saved", "refilled"])
-def test_a_restart_continues_with_the_replay_only_when_it_was_saved(tmp_path, caplog, save_replay):
-    with Runner(_cfg(tmp_path, 1_500, save_replay)) as runner:
+@pytest.mark.parametrize(
+    "algorithm, save_replay",
+    [("dqn", True), ("dqn", False), ("sac", True)],
+    ids=["dqn_saved", "dqn_refilled", "sac_saved"],
+)
+def test_a_restart_continues_with_the_replay_only_when_it_was_saved(
+    tmp_path, caplog, algorithm, save_replay
+):
+    with Runner(_cfg(tmp_path, 1_500, save_replay, algorithm)) as runner:
         first = runner.train()
         version = runner.progress.policy_version[0]
         size_before = runner.progress.last_stats["replay/size"]
@@ -52,7 +66,7 @@ def test_a_restart_continues_with_the_replay_only_when_it_was_saved(tmp_path, ca
     assert (_replay_in_last_checkpoint(tmp_path) is not None) == save_replay
 
     caplog.set_level(logging.INFO)
-    with Runner(_cfg(tmp_path, 2_200, save_replay)) as resumed:
+    with Runner(_cfg(tmp_path, 2_200, save_replay, algorithm)) as resumed:
         resumed.start()
         assert resumed.progress.policy_version[0] == version
         second = resumed.train()

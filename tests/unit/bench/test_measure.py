@@ -87,3 +87,11 @@ def test_model_costs_are_measured_on_the_training_gpu(monkeypatch):
     costs = measure.compute_costs(cfg, 32, seconds=0.5, rounds=1)
     assert costs.device.startswith("cuda") and seen == ["cuda"]
     assert torch.cuda.is_available()
+
+
+def test_the_learner_limit_is_what_the_learners_alone_take_in():
+    from sampleforge.bench.measure import ComputeCosts
+
+    costs = ComputeCosts(env_step=80e-6, inference=90e-6, learner=16e-3, inference_batch_size=2)
+    assert costs.learner_limit_fps(1, frameskip=1) == 62.5
+    assert costs.learner_limit_fps(2, frameskip=4) == 500.0

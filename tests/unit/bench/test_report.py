@@ -99,3 +99,12 @@ def test_a_learner_without_a_replay_prints_no_replay_line():
     data = json.loads(_report().to_json())
     assert data["samples_per_insert"] is None and data["replay_size"] is None
     assert "replay" not in "\n".join(_report().lines())
+
+
+def test_a_learner_bound_run_is_also_judged_against_its_learner_alone():
+    # A single-threaded learner at 16 ms a sample takes in 62.5 frames/s however many cores.
+    report = _report(train_fps=55.0, compute_limit_fps=110.0, learner_limit_fps=62.5)
+    data = json.loads(report.to_json())
+    assert data["train_over_compute_limit"] == 0.5
+    assert data["train_over_learner_limit"] == 0.88
+    assert "learner limit" in "\n".join(report.lines()) and "88.0%" in "\n".join(report.lines())

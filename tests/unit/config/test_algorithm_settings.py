@@ -10,6 +10,8 @@ import inspect
 import pytest
 
 from sampleforge.algo.actor_critic_settings import ActorCriticSettings
+from sampleforge.algo.continuous_settings import ContinuousSettings
+from sampleforge.algo.replay_settings import ReplaySettings
 from sampleforge.algo.settings import ReturnSettings
 from sampleforge.algo.value_settings import ValueSettings
 from sampleforge.config import Config, config_fields, config_to_dict
@@ -17,7 +19,13 @@ from sampleforge.config.algorithms import family_algorithms
 from sampleforge.config.cli_args import parse_config
 from sampleforge.config.schema import GROUPS
 
-SETTINGS_CLASSES = (ReturnSettings, ActorCriticSettings, ValueSettings)
+SETTINGS_CLASSES = (
+    ReturnSettings,
+    ActorCriticSettings,
+    ReplaySettings,
+    ValueSettings,
+    ContinuousSettings,
+)
 
 
 def _own_names(cls: type) -> set[str]:
@@ -49,7 +57,13 @@ def test_every_setting_is_declared_in_exactly_one_class():
 
 
 @pytest.mark.parametrize(
-    "cls, group", [(ActorCriticSettings, "actor_critic"), (ValueSettings, "value_based")]
+    "cls, group",
+    [
+        (ActorCriticSettings, "actor_critic"),
+        (ReplaySettings, "replay"),
+        (ValueSettings, "value_based"),
+        (ContinuousSettings, "continuous_control"),
+    ],
 )
 def test_a_familys_own_settings_are_listed_in_its_group(cls, group):
     for name in _own_names(cls):
@@ -80,7 +94,9 @@ def _help_sections(capsys) -> dict[str, str]:
     "cls, kind, families",
     [
         (ActorCriticSettings, "actor-critic", ("actor_critic",)),
+        (ReplaySettings, "replay", ("value_based", "continuous_control")),
         (ValueSettings, "value-based", ("value_based", "pqn")),
+        (ContinuousSettings, "continuous-control", ("continuous_control",)),
     ],
 )
 def test_help_shows_each_familys_group_with_its_algorithms_and_fields(capsys, cls, kind, families):

@@ -25,12 +25,23 @@ def _sampler_threads() -> int:
     return sum(t.name == "replay-sampler" for t in threading.enumerate())
 
 
-@pytest.mark.parametrize("algorithm", ["appo", "dqn", "rainbow", "pqn"])
-def test_each_family_s_probe_trains_and_leaves_no_thread(algorithm):
+@pytest.mark.parametrize(
+    "algorithm, env",
+    [
+        ("appo", "CartPole-v1"),
+        ("dqn", "CartPole-v1"),
+        ("rainbow", "CartPole-v1"),
+        ("pqn", "CartPole-v1"),
+        ("sac", "Pendulum-v1"),
+        ("crossq", "Pendulum-v1"),
+    ],
+)
+def test_each_family_s_probe_trains_and_leaves_no_thread(algorithm, env):
     # Small settings: the probe's cost, not the learner's speed, is what is checked.
     cfg = make_config(
-        env="CartPole-v1",
+        env=env,
         algorithm=algorithm,
+        critic_hidden_sizes=[32],
         device="cpu",
         batch_size=32,
         num_batches_per_epoch=2,

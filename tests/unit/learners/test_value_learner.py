@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from sampleforge.buffers.rate_limiter import SampleToInsertRatio
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config, make_config
 from sampleforge.learners.optimization import NonFiniteTrainingError
 from sampleforge.learners.value_learner import ValueLearner
 from sampleforge.models.factory import make_q_policy
+from sampleforge.testing.replay_fakes import FakeStager
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
 ACTIONS = gym.spaces.Discrete(2)
@@ -41,43 +41,6 @@ def _config(algorithm: str, items: tuple[tuple[str, Any], ...]) -> Config:
 
 def config(algorithm: str = "dqn", **overrides: Any) -> Config:
     return _config(algorithm, tuple(sorted(overrides.items())))
-
-
-class FakeSampler:
-    """Records what the learner hands the replay's sampler."""
-
-    def __init__(self) -> None:
-        self.priority_updates: list[tuple[np.ndarray, np.ndarray]] = []
-        self.betas: list[float] = []
-
-    def update_priorities(self, indices: np.ndarray, td_errors: np.ndarray) -> None:
-        self.priority_updates.append((np.array(indices), np.array(td_errors)))
-
-    def set_beta(self, beta: float) -> None:
-        self.betas.append(beta)
-
-
-class FakeReplay:
-    num_sampleable = 0
-
-    def nbytes(self) -> int:
-        return 0
-
-
-class FakeStager:
-    """What the learner reads of a ReplayStager, without a replay behind it."""
-
-    batches_per_take = 4
-
-    def __init__(self) -> None:
-        self.sampler = FakeSampler()
-        self.limiter = SampleToInsertRatio(1.0, min_size_to_sample=1, error_buffer=1.0)
-        self.replay = FakeReplay()
-        self.inserted_steps = 0
-        self.current_version = 0
-
-    def take_lags(self) -> np.ndarray:
-        return np.zeros(1)
 
 
 def make_learner(cfg: Config, seed: int = 0, frameskip: int = 1) -> ValueLearner:

@@ -1,16 +1,22 @@
-"""Greedy evaluations of a value-based algorithm over env steps and wall time, next to a peer.
+"""Deterministic evaluations of an off-policy algorithm (value-based or continuous control)
+over env steps and wall time, next to a peer.
 
-    python benchmarks/value_learning.py --algorithm dqn --env CartPole-v1 --steps 100000
-    python benchmarks/value_learning.py --algorithm qrdqn --env LunarLander-v3 --peer sb3
-    python benchmarks/value_learning.py --algorithm dqn --env Acrobot-v1 --peer sb3 --seeds 1 2 3
+    python benchmarks/off_policy_learning.py --algorithm dqn --env CartPole-v1 --steps 100000
+    python benchmarks/off_policy_learning.py --algorithm qrdqn --env LunarLander-v3 --peer sb3
+    python benchmarks/off_policy_learning.py --algorithm sac --env Pendulum-v1 --steps 20000 \
+        --eval_every 2000 --peer sb3
+    python benchmarks/off_policy_learning.py --algorithm sac --env HalfCheetah-v5 \
+        --steps 1000000 --seconds 1800 --eval_every 10000 --seeds 1 --peer sb3
 
 Each seed trains sampleforge's algorithm with its env family's settings (plus `--set k=v`),
 `--eval_every` env steps at a time through the Python API, and after each chunk plays
-`--eval_episodes` greedy episodes (as RL Zoo's evaluation does). Wall time counts training
-only (evaluations excluded), processes' start included. With `--peer sb3`, Stable-Baselines3
-(or sb3-contrib for QR-DQN) runs the same schedule with RL Zoo's tuned settings for the env, in
-a virtualenv of its own that this script creates (`--peer_venv`), one run after the other on
-the same machine; it is never a dependency of sampleforge.
+`--eval_episodes` deterministic episodes (greedy for a Q-network, the actor's mean for
+continuous control, as RL Zoo's evaluation does). Wall time counts training only (evaluations
+excluded), processes' start included; `--seconds` ends a run at that much training time
+(equal wall time for both systems). With `--peer sb3`, Stable-Baselines3 (or sb3-contrib for
+QR-DQN) runs the same schedule with RL Zoo's tuned settings for the env, in a virtualenv of its
+own that this script creates (`--peer_venv`), one run after the other on the same machine; it
+is never a dependency of sampleforge.
 
 Writes `<out>/<algorithm>_<env>.csv` (system, seed, env_steps, wall_seconds, eval_mean) and a
 PNG of both curves, and prints, per system, the median env steps and wall time to the first
@@ -69,6 +75,16 @@ _ZOO: dict[tuple[str, str], dict[str, Any]] = {
         exploration_fraction=0.12, exploration_final_eps=0.1, net_arch=[256, 256],
         n_quantiles=25, n_timesteps=100_000,
     ),
+    # hyperparams/sac.yml and td3.yml (MuJoCo: the -v4 entries; v5 has the same dynamics).
+    ("sac", "Pendulum-v1"): dict(learning_rate=1e-3, n_timesteps=20_000),
+    ("td3", "Pendulum-v1"): dict(
+        gamma=0.98, buffer_size=200_000, learning_starts=10_000, noise_std=0.1,
+        learning_rate=1e-3, net_arch=[400, 300], n_timesteps=20_000,
+    ),
+    ("sac", "HalfCheetah-v5"): dict(learning_starts=10_000, n_timesteps=1_000_000),
+    ("td3", "HalfCheetah-v5"): dict(
+        learning_starts=10_000, noise_std=0.1, n_timesteps=1_000_000
+    ),
 }  # fmt: skip
 _ZOO_SCORES = {
     ("dqn", "CartPole-v1"): 500.0,
@@ -76,7 +92,11 @@ _ZOO_SCORES = {
     ("dqn", "Acrobot-v1"): -76.6,
     ("qrdqn", "LunarLander-v3"): 70.2,
     ("qrdqn", "Acrobot-v1"): -69.1,
+    ("sac", "Pendulum-v1"): -156.8,
+    ("td3", "Pendulum-v1"): -151.9,
 }
+# The line to reach where gymnasium gives none (issue targets; RL Zoo's scores beat them).
+_TARGETS = {"Pendulum-v1": -200.0}
 
 # Runs inside the peer's virtualenv: argv[1] is a JSON job; prints one JSON line per
 # evaluation. Training time excludes the evaluations.
@@ -85,20 +105,26 @@ import json, sys, time
 import gymnasium as gym, torch
 torch.set_num_threads(1)
 job = json.loads(sys.argv[1])
+import numpy as np
+import stable_baselines3
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.noise import NormalActionNoise
 if job["algorithm"] == "qrdqn":
     from sb3_contrib import QRDQN as Algo
 else:
-    from stable_baselines3 import DQN as Algo
+    Algo = getattr(stable_baselines3, job["algorithm"].upper())
 s = dict(job["settings"])
 s.pop("n_timesteps", None)
-kwargs = {"net_arch": s.pop("net_arch")}
+kwargs = {"net_arch": s.pop("net_arch")} if "net_arch" in s else {}
 if "n_quantiles" in s:
     kwargs["n_quantiles"] = s.pop("n_quantiles")
 if s.pop("lr_schedule", None) == "linear":
     lr = s.pop("learning_rate"); s["learning_rate"] = lambda left: left * lr
 eval_env = gym.make(job["env"])
+if "noise_std" in s:  # DDPG/TD3: Gaussian noise in the policy's [-1, 1] units, as RL Zoo's
+    n = eval_env.action_space.shape[0]
+    s["action_noise"] = NormalActionNoise(np.zeros(n), s.pop("noise_std") * np.ones(n))
 
 class Evaluate(BaseCallback):
     def __init__(self):
@@ -108,8 +134,10 @@ class Evaluate(BaseCallback):
             self.next += job["eval_every"]; t = time.perf_counter()
             mean, _ = evaluate_policy(self.model, eval_env, job["eval_episodes"], deterministic=True)
             self.spent += time.perf_counter() - t
+            wall = time.perf_counter() - started - self.spent
             print(json.dumps({"env_steps": self.num_timesteps, "eval_mean": float(mean),
-                              "wall_seconds": time.perf_counter() - started - self.spent}), flush=True)
+                              "wall_seconds": wall}), flush=True)
+            return wall < job["seconds"]
         return True
 
 started = time.perf_counter()
@@ -127,7 +155,7 @@ def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
         settings = {"eval_every_env_steps": None, "stop_on": "training", **_settings(args.set)}
         with cls(env, seed=seed, train_dir=train_dir, **settings) as model:
             wall = 0.0
-            while model.env_steps < args.steps:
+            while model.env_steps < args.steps and wall < args.seconds:
                 t = time.perf_counter()
                 summary = model.train(args.eval_every)
                 wall += time.perf_counter() - t
@@ -137,7 +165,7 @@ def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
                 mean = statistics.fmean(result.returns)
                 rows.append({"env_steps": model.env_steps, "wall_seconds": wall, "eval_mean": mean})
                 print(f"  sampleforge seed {seed}: {model.env_steps:>8,} steps "
-                      f"{wall:7.1f} s  greedy {mean:8.2f}", flush=True)  # fmt: skip
+                      f"{wall:7.1f} s  deterministic {mean:8.2f}", flush=True)  # fmt: skip
     return rows
 
 
@@ -150,6 +178,7 @@ def peer(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
         "steps": args.steps,
         "eval_every": args.eval_every,
         "eval_episodes": args.eval_episodes,
+        "seconds": args.seconds,
         "settings": _ZOO[(algorithm, env)],
     }
     python = _peer_python(Path(args.peer_venv))
@@ -164,7 +193,7 @@ def peer(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     for r in rows:
         print(f"  sb3 seed {seed}: {r['env_steps']:>8,} steps {r['wall_seconds']:7.1f} s  "
-              f"greedy {r['eval_mean']:8.2f}")  # fmt: skip
+              f"deterministic {r['eval_mean']:8.2f}")  # fmt: skip
     return rows
 
 
@@ -177,14 +206,14 @@ def _peer_python(venv: Path) -> Path:
         pip = [str(python), "-m", "pip", "install", "-q"]
         subprocess.run([*pip, "torch==2.13.0"], check=True)
         subprocess.run(
-            [*pip, "stable-baselines3==2.9.2", "sb3-contrib==2.9.2", "box2d", "pygame"], check=True
+            [*pip, "stable-baselines3==2.9.2", "sb3-contrib==2.9.2", "box2d", "pygame", "mujoco"],
+            check=True,
         )
     return python
 
 
 def _api_classes() -> list[type]:
-    return [getattr(sampleforge, name) for name in ("DQN", "Rainbow", "QRDQN", "IQN", "FQF",
-                                                    "MDQN", "PQN")]  # fmt: skip
+    return [getattr(sampleforge, name) for name in sampleforge._API_NAMES]
 
 
 def _settings(pairs: list[str]) -> dict[str, Any]:
@@ -215,7 +244,7 @@ def report(runs: dict[str, dict[int, list[dict]]], target: float) -> None:
         if hit:
             line += (f" (median {statistics.median(s for s, _ in hit):,.0f} steps, "
                      f"{statistics.median(w for _, w in hit):.0f} s)")  # fmt: skip
-        line += f"; final greedy {_fmt(final)}; best {_fmt(best)}"
+        line += f"; final {_fmt(final)}; best {_fmt(best)}"
         print(line)
 
 
@@ -241,7 +270,7 @@ def plot(runs: dict[str, dict[int, list[dict]]], target: float, title: str, path
     for ax, xlabel in zip(axes, ("env steps", "training wall seconds")):
         ax.axhline(target, color="grey", linestyle=":", linewidth=1)
         ax.set_xlabel(xlabel)
-        ax.set_ylabel("greedy evaluation mean return")
+        ax.set_ylabel("deterministic evaluation mean return")
         ax.legend()
     fig.suptitle(title)
     fig.tight_layout()
@@ -254,6 +283,7 @@ def main() -> None:
     parser.add_argument("--algorithm", default="dqn")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--steps", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=float("inf"), help="training time cap")
     parser.add_argument("--eval_every", type=int, default=5_000)
     parser.add_argument("--eval_episodes", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
@@ -270,7 +300,7 @@ def main() -> None:
         )
     target = args.target
     if target is None:
-        target = gym.spec(args.env).reward_threshold
+        target = _TARGETS.get(args.env, gym.spec(args.env).reward_threshold)
     assert target is not None, f"{args.env} has no reward threshold: give --target"
     runs: dict[str, dict[int, list[dict]]] = {"sampleforge": {}}
     if args.peer == "sb3":
@@ -297,7 +327,7 @@ def main() -> None:
         print(
             f"RL Zoo's published score: {zoo:g} at {_ZOO[(args.algorithm, args.env)]['n_timesteps']:,} steps"
         )
-    plot(runs, target, f"{args.algorithm} on {args.env} (greedy, {args.eval_episodes} episodes)",
+    plot(runs, target, f"{args.algorithm} on {args.env} (deterministic, {args.eval_episodes} episodes)",
          out / f"{stem}.png")  # fmt: skip
 
 
