@@ -206,7 +206,16 @@ def _peer_python(venv: Path) -> Path:
         pip = [str(python), "-m", "pip", "install", "-q"]
         subprocess.run([*pip, "torch==2.13.0"], check=True)
         subprocess.run(
-            [*pip, "stable-baselines3==2.9.2", "sb3-contrib==2.9.2", "box2d", "pygame", "mujoco"],
+            [
+                *pip,
+                "stable-baselines3==2.9.2",
+                "sb3-contrib==2.9.2",
+                "box2d",
+                "pygame",
+                "mujoco",
+                "imageio",
+                "packaging",
+            ],
             check=True,
         )
     return python

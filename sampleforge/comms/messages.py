@@ -175,6 +175,15 @@ class TrainingReport:
 
 
 @dataclass(frozen=True)
+class StagedSteps:
+    """A learner's env steps while it has too little data to train (a replay before
+    `learning_starts`): the run's step count, and with it `train(n)`, go on meanwhile."""
+
+    policy_id: int
+    env_steps: int
+
+
+@dataclass(frozen=True)
 class LearnerReady:
     """A learner's counters when it starts: restored from `resumed_from`, or zero."""
 

@@ -42,6 +42,7 @@ from sampleforge.comms.messages import (
     Resume,
     SaveCheckpoint,
     SetHyperparameters,
+    StagedSteps,
     Stop,
     TrainingReport,
     TrajectoryReady,
@@ -131,6 +132,8 @@ class LearnerWorker:
         )
         self._train_seconds = 0.0
         self._arrived: deque[TrajectoryReady] = deque()
+        self._reported_env_steps = self.learner.env_steps
+        self._trained = False  # since this process started
 
     def _resume(self) -> tuple[str | None, str | None]:
         """Load the newest valid checkpoint, if any; returns its path, and what it did not
@@ -159,6 +162,8 @@ class LearnerWorker:
         self._gate_sampling()
         if self.stager.ready() and not self.paused:
             self._train()
+        elif not self._trained and self.learner.env_steps > self._reported_env_steps:
+            self._report_staged_steps()
 
     def close(self) -> None:
         self.stager.close()
@@ -210,6 +215,7 @@ class LearnerWorker:
         self._publish()
 
     def _train(self) -> None:
+        self._trained = True
         t0 = time.perf_counter()
         self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
         self.gate.training_started(self.stager.filled)
@@ -239,6 +245,12 @@ class LearnerWorker:
                 )
             ],
         )
+
+    def _report_staged_steps(self) -> None:
+        """The env steps staged while there is too little data to train (a replay filling up to
+        `learning_starts`); a training report carries them from then on."""
+        self._reported_env_steps = self.learner.env_steps
+        send_many(self.report_queue, [StagedSteps(self.policy_id, self._reported_env_steps)])
 
     def _copy_policy(self, source: int) -> None:
         """Continue from the weights `source` last published (PBT replacement)."""

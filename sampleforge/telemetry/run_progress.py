@@ -1,7 +1,7 @@
 """What the runner knows about a run, built from its components' reports: `Runner.progress`.
 
 Responsibility: fold every statistics report (`SamplerReport`, `EpisodesFinished`,
-`TrainingReport`, `InferenceReport`, `LearnerReady`, `CheckpointSaved`) into counters, and turn
+`TrainingReport`, `InferenceReport`, `LearnerReady`, `CheckpointSaved`, `StagedSteps`) into counters, and turn
 them into the scalars written to ``progress.csv``/TensorBoard, the console status line, the
 `TrainingStatus` a callback receives and the `RunSummary` of a `train` call.
 
@@ -25,6 +25,7 @@ from sampleforge.comms.messages import (
     InferenceReport,
     LearnerReady,
     SamplerReport,
+    StagedSteps,
     TrainingReport,
 )
 from sampleforge.envs.stepping.faults import RateLimitedWarnings
@@ -45,6 +46,7 @@ _STATISTICS = (
     InferenceReport,
     LearnerReady,
     CheckpointSaved,
+    StagedSteps,
 )
 _LOSSES = ("losses/policy", "losses/value", "losses/entropy")
 
@@ -135,7 +137,8 @@ class RunProgress:
                 )
             if msg.note:
                 log.info("policy %d: %s", msg.policy_id, msg.note)
-        else:  # CheckpointSaved: its counters are the ones a resumed run continues from
+        else:  # CheckpointSaved, StagedSteps: env steps a resumed run continues from, or counted
+            # before training starts
             steps = self.env_steps.get(msg.policy_id, 0)
             self.env_steps[msg.policy_id] = max(steps, msg.env_steps)
         return True

@@ -50,7 +50,7 @@ def test_each_class_builds_its_algorithm_s_actor(cls, tmp_path):
         assert (model.actor.log_std is not None) == gaussian
 
 
-@pytest.mark.parametrize("cls", [TD3, SAC])
+@pytest.mark.parametrize("cls", [SAC])  # TD3 shares every call; its learner: unit tests
 def test_train_twice_predict_evaluate_and_parameters_round_trip(cls, tmp_path):
     with _serial(cls, tmp_path / "a") as model:
         first = model.train(600)
@@ -84,3 +84,14 @@ def test_a_continuous_class_refuses_what_it_cannot_do(tmp_path):
         SAC("CartPole-v1", train_dir=str(tmp_path), **FAST)
     with pytest.raises(ConfigError, match="with_pbt: algorithm 'td3' does not support"):
         TD3("Pendulum-v1", with_pbt=True, num_policies=2, train_dir=str(tmp_path), **FAST)
+
+
+def test_train_stops_on_time_while_the_replay_is_still_filling(tmp_path):
+    # Before learning_starts no update reports the env steps: the learner says them anyway,
+    # so a train(n) shorter than the warm-up ends at n rather than where learning starts.
+    with _serial(SAC, tmp_path, learning_starts=3_000) as model:
+        summary = model.train(1_000)
+        assert summary.stopped_because == "train_for_env_steps"
+        assert 1_000 <= summary.env_steps < 1_500, summary
+        assert model.get_parameters()[0]["trained_env_steps"] == 0  # no update yet
+        assert model.train(2_500).env_steps >= 3_500
