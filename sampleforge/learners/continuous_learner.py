@@ -134,6 +134,7 @@ class ContinuousLearner(ReplayLearning):
         """One critic update per batch (and the actor's every `policy_delay`); returns
         averaged statistics."""
         self._set_learning_rates()
+        self._anneal_priority_beta()
         totals: dict[str, float] = {}
         counts: dict[str, int] = {}
         for batch in data:

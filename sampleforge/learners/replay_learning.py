@@ -4,7 +4,8 @@ Responsible for: ``ReplayLearning``, the base of the value-based and continuous-
 learners: the stager it takes batches from, the device, the env steps counted by the
 transitions inserted, the updates and policy version, the skipped-update guard, and
 ``_published`` (after each update: the trained env steps into the policy's weights, the version
-into the stager for the policy lag, then the worker's publish callback).
+into the stager for the policy lag, then the worker's publish callback) and PER's annealed
+importance-weight exponent.
 
 Must not: hold a model, an optimizer or a loss (each family's learner does).
 """
@@ -68,6 +69,13 @@ class ReplayLearning:
         model.set_trained_env_steps(self.env_steps)
         self.stager.current_version = self.policy_version
         on_sgd_step()
+
+    def _anneal_priority_beta(self) -> None:
+        """PER's importance-weight exponent for the batches to come: `priority_beta` annealed
+        linearly to 1 over the run (the sampler ignores it without prioritized replay)."""
+        start = self.cfg.priority_beta
+        fraction = min(1.0, self.env_steps / max(1, self.cfg.train_for_env_steps))
+        self.stager.sampler.set_beta(start + fraction * (1.0 - start))
 
     def _restore_counters(self, state: dict) -> None:
         """The counters of `state` (a `state_dict` of the subclass)."""

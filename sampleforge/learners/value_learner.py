@@ -86,7 +86,7 @@ class ValueLearner(ReplayLearning):
     def train(self, data: list[ReplayBatch], on_sgd_step: Callable[[], None]) -> dict[str, float]:
         """One SGD step per batch; returns averaged statistics."""
         self._set_learning_rate()
-        self.stager.sampler.set_beta(self._priority_beta())
+        self._anneal_priority_beta()
         totals: dict[str, float] = {}
         for batch in data:
             for k, v in self._update(batch).items():
@@ -232,12 +232,6 @@ class ValueLearner(ReplayLearning):
             target.lerp_(online, tau)
         for target_buffer, online_buffer in zip(self.target.buffers(), self.network.buffers()):
             target_buffer.copy_(online_buffer)
-
-    def _priority_beta(self) -> float:
-        """PER's beta, annealed linearly to 1 over the run."""
-        start = self.cfg.priority_beta
-        fraction = min(1.0, self.env_steps / max(1, self.cfg.train_for_env_steps))
-        return start + fraction * (1.0 - start)
 
     def _set_learning_rate(self) -> None:
         set_scheduled_learning_rate(

@@ -160,3 +160,14 @@ def test_state_round_trips_exactly(algorithm):
         for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
             assert torch.equal(x, y), name
     assert other.updates == learner.updates == 4
+
+
+def test_prioritized_replay_gets_priorities_back_and_an_annealed_beta():
+    learner = make_learner(config("sac", prioritized_replay=True, priority_beta=0.4))
+    learner.stager.inserted_steps = learner.cfg.train_for_env_steps // 2
+    learner.train([batch(0)], _noop)
+    sampler = learner.stager.sampler
+    assert sampler.betas == [pytest.approx(0.7)]  # halfway from 0.4 to 1
+    ((indices, priorities),) = sampler.priority_updates
+    np.testing.assert_array_equal(indices, batch(0).indices)
+    assert priorities.shape == (B,) and (priorities > 0).all()
