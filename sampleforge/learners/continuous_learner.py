@@ -142,7 +142,11 @@ class ContinuousLearner(ReplayLearning):
                 totals[k] = totals.get(k, 0.0) + v
                 counts[k] = counts.get(k, 0) + 1
             self._published(self._model, on_sgd_step)
-        out = {k: v / counts[k] for k, v in totals.items()}
+        # Losses average over the updates that made them (the actor's: every policy_delay);
+        # health flags are the fraction of all the updates of this take.
+        out = {
+            k: v / (len(data) if k.startswith("health/") else counts[k]) for k, v in totals.items()
+        }
         out.update(
             {
                 **self.stager.report(self.cfg.replay_size),

@@ -171,3 +171,9 @@ def test_prioritized_replay_gets_priorities_back_and_an_annealed_beta():
     ((indices, priorities),) = sampler.priority_updates
     np.testing.assert_array_equal(indices, batch(0).indices)
     assert priorities.shape == (B,) and (priorities > 0).all()
+
+
+def test_the_non_finite_flag_is_the_fraction_of_the_take_s_updates():
+    learner = make_learner(config("sac"))
+    stats = learner.train([batch(0, returns=float("nan")), batch(1)], _noop)
+    assert stats["health/non_finite_updates"] == 0.5 and learner.updates == 1
