@@ -47,6 +47,8 @@ from sampleforge.config import Config
 from sampleforge.learners.optimization import (
     clip_gradients,
     load_model,
+    make_adam,
+    polyak_update,
     raise_unless_finite,
     set_scheduled_learning_rate,
     step_unless_non_finite,
@@ -160,7 +162,7 @@ class ContinuousLearner(ReplayLearning):
     # --- one update -----------------------------------------------------------------------------
     def _update(self, replay_batch: ReplayBatch) -> dict[str, float]:
         b = self._to_device(replay_batch)
-        if not all(bool(torch.isfinite(t).all()) for t in (b.returns, b.discounts, b.weights)):
+        if not bool(torch.isfinite(torch.cat([b.returns, b.discounts, b.weights])).all()):
             self.skips.record(False)
             return {"health/non_finite_updates": 1.0}
         policy = self._model
@@ -175,9 +177,9 @@ class ContinuousLearner(ReplayLearning):
         if self.updates % self.cfg.policy_delay == 0:
             stats.update(self._actor_update(x))
             if self.target_actor is not None:
-                self._polyak(self.target_actor, self._model.actor)
+                polyak_update(self.target_actor, self._model.actor, self.cfg.target_tau)
         if self.target_critics is not None and self.updates % self.cfg.target_update_period == 0:
-            self._polyak(self.target_critics, self.critics)
+            polyak_update(self.target_critics, self.critics, self.cfg.target_tau)
         return stats
 
     def _critic_update(
@@ -271,14 +273,6 @@ class ContinuousLearner(ReplayLearning):
             stats["learner/entropy"] = -float(log_prob.detach().mean())
         return stats
 
-    @torch.no_grad()
-    def _polyak(self, target: nn.Module, online: nn.Module) -> None:
-        tau = self.cfg.target_tau
-        for t, o in zip(target.parameters(), online.parameters()):
-            t.lerp_(o, tau)
-        for t_buffer, o_buffer in zip(target.buffers(), online.buffers()):
-            t_buffer.copy_(o_buffer)
-
     def _to_device(self, b: ReplayBatch) -> _Batch:
         def tensor(x: np.ndarray) -> Tensor:
             return torch.from_numpy(np.ascontiguousarray(x)).to(self._device, non_blocking=True)
@@ -294,21 +288,17 @@ class ContinuousLearner(ReplayLearning):
         )
 
     # --- optimizers -----------------------------------------------------------------------------
-    def _adam(self, params, lr: float) -> torch.optim.Optimizer:
-        # foreach: all tensors in a few kernels per step (torch's CPU default steps them one by
-        # one, a large share of a small network's update).
-        cfg = self.cfg
-        return torch.optim.Adam(
-            params, lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, foreach=True
-        )
-
     def _new_optimizers(self) -> None:
-        self.critic_optimizer = self._adam(self.critics.parameters(), self.learning_rate)
-        self.actor_optimizer = self._adam(self._model.actor.parameters(), self.actor_learning_rate)
+        self.critic_optimizer = make_adam(self.critics.parameters(), self.learning_rate, self.cfg)
+        self.actor_optimizer = make_adam(
+            self._model.actor.parameters(), self.actor_learning_rate, self.cfg
+        )
         learned = self.temperature.log_alpha.requires_grad
         # The temperature learns at the critics' rate (as CleanRL's SAC).
         self.temperature_optimizer = (
-            self._adam(self.temperature.parameters(), self.learning_rate) if learned else None
+            make_adam(self.temperature.parameters(), self.learning_rate, self.cfg)
+            if learned
+            else None
         )
 
     def _set_learning_rates(self) -> None:

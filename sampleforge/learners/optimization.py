@@ -1,6 +1,7 @@
 """What every learner family's optimizer step shares: gradient clipping, the non-finite checks
 that keep a bad update out of inference and checkpoints (a step undone, `step_unless_non_finite`,
-and counted, `SkippedUpdates`), and loading weights with a clear error.
+and counted, `SkippedUpdates`), loading weights with a clear error, the Adam the replay learners
+build (`make_adam`) and how their target networks follow (`polyak_update`).
 
 Must not: know losses, data or processes.
 """
@@ -8,11 +9,12 @@ Must not: know losses, data or processes.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
 
+from sampleforge.config import Config
 from sampleforge.learners.step_undo import StepUndo
 
 
@@ -122,3 +124,20 @@ class SkippedUpdates:
                 f"{self.in_a_row} updates in a row had a non-finite loss, gradient or result "
                 "(each was skipped); check rewards and observations, or lower learning_rate"
             )
+
+
+def make_adam(params: Iterable[nn.Parameter], lr: float, cfg: Config) -> torch.optim.Optimizer:
+    """Adam at `lr` with `cfg`'s betas and eps. foreach: all tensors in a few kernels per step;
+    torch's CPU default steps them one by one, a large share of a small network's update."""
+    return torch.optim.Adam(
+        params, lr=lr, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps, foreach=True
+    )
+
+
+@torch.no_grad()
+def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """target <- tau online + (1 - tau) target, parameter by parameter (tau 1: a hard copy);
+    buffers (normaliser and batch-norm statistics) are copied."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+    for target_buffer, online_buffer in zip(target.buffers(), online.buffers()):
+        target_buffer.copy_(online_buffer)

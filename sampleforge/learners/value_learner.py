@@ -35,6 +35,8 @@ from sampleforge.config import Config
 from sampleforge.learners.optimization import (
     clip_gradients,
     load_model,
+    make_adam,
+    polyak_update,
     raise_unless_finite,
     set_scheduled_learning_rate,
     step_unless_non_finite,
@@ -130,7 +132,7 @@ class ValueLearner(ReplayLearning):
         self.updates += 1
         self.policy_version += 1
         if self.updates % self.cfg.target_update_period == 0:
-            self._update_target()
+            polyak_update(self.target, self.network, self.cfg.target_tau)
         return {
             "losses/td": td.loss.item(),
             "learner/q_taken": float(td.q_taken.mean()),
@@ -225,14 +227,6 @@ class ValueLearner(ReplayLearning):
         self.skips.record(taken)
         return taken
 
-    @torch.no_grad()
-    def _update_target(self) -> None:
-        tau = self.cfg.target_tau
-        for target, online in zip(self.target.parameters(), self.network.parameters()):
-            target.lerp_(online, tau)
-        for target_buffer, online_buffer in zip(self.target.buffers(), self.network.buffers()):
-            target_buffer.copy_(online_buffer)
-
     def _set_learning_rate(self) -> None:
         set_scheduled_learning_rate(
             self.optimizer,
@@ -248,15 +242,7 @@ class ValueLearner(ReplayLearning):
         return [p for p in self.network.parameters() if id(p) not in skip]
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
-        # foreach: all tensors in a few kernels per step; torch's CPU default steps them one by
-        # one, a large share of a small network's update.
-        return torch.optim.Adam(
-            self._trained_parameters(),
-            lr=self.learning_rate,
-            betas=(self.cfg.adam_beta1, self.cfg.adam_beta2),
-            eps=self.cfg.adam_eps,
-            foreach=True,
-        )
+        return make_adam(self._trained_parameters(), self.learning_rate, self.cfg)
 
     def _new_fraction_optimizer(self) -> torch.optim.Optimizer | None:
         proposal = self.network.fraction_head

@@ -12,6 +12,7 @@ Must not: explore, rescale to the env's bounds (the policy does), or compute los
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -46,7 +47,7 @@ def vector_size(obs_specs: Mapping[str, TensorSpec]) -> int:
                 f"continuous-control networks take float vector observations; key {key!r} "
                 f"holds {'pixels' if spec.dtype == torch.uint8 else 'categories'}"
             )
-        size += max(1, int(torch.tensor(spec.shape).prod()))
+        size += math.prod(spec.shape)
     return size
 
 
@@ -105,7 +106,6 @@ class ContinuousActor(nn.Module):
                 f"unknown actor distribution {distribution!r}; allowed: "
                 f"{', '.join(ACTOR_DISTRIBUTIONS)}"
             )
-        self.distribution = distribution
         self.action_dim = int(action_dim)
         self.trunk_in_features = int(in_features)
         self.trunk, width = mlp_layers(in_features, hidden_sizes, activation, batch_renorm)
