@@ -19,11 +19,11 @@ LAYERS: list[tuple[str, ...]] = [
     ("config",),  # the typed settings (families know the envs)
     ("models", "telemetry"),  # networks; metrics, console and summaries
     ("checkpoint",),  # the experiment folder and every file in it
-    ("pbt", "evaluation", "export"),  # population decisions; playing episodes; ONNX
+    ("pbt", "evaluation", "export", "distributed"),  # PBT; episodes; ONNX; data-parallel ranks
     ("learners",),  # each algorithm family's learner, stager and gate; their registry
     ("components",),  # the processes and the runner that wires them
     ("bench", "api", "testing"),  # what users call: benchmarks, the Python API, test envs
-    ("cli",),  # the command line
+    ("cli", "__main__"),  # the command line (`python -m sampleforge` too)
 ]
 RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}
 

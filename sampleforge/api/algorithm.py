@@ -9,10 +9,20 @@
         model.save("cartpole.pt")
     model = APPO.load("cartpole.pt")            # weights only; no process until trained
 
+An outside driver (a population, a search: seed 004's workflow) runs several such objects and
+moves weights and hyperparameters between `train` calls:
+
+    member.set_parameters({0: other.experiment_dir})          # its newest valid checkpoint
+    member.set_hyperparameters({"learning_rate": 3e-4})       # from the next dataset on
+    member.hyperparameters                                     # {"learning_rate": 3e-4, ...}
+
 Responsibility: map the calls of every algorithm's class (`APPO`, `IMPALA`, `A3C`; `DQN`,
-`Rainbow`, `QRDQN`, `IQN`, `FQF`, `MDQN`; `PQN`) onto one `Runner` (whose processes persist,
-paused, between `train` calls) and onto a local copy of each policy's weights for `predict`
-and `evaluate`. Every config field is a keyword, validated exactly as on the command line.
+`Rainbow`, `QRDQN`, `IQN`, `FQF`, `MDQN`; `PQN`; `DDPG`, `TD3`, `SAC`, `CrossQ`) onto one
+`Runner` (whose processes persist, paused, between `train` calls) and onto a local copy of each
+policy's weights for `predict` and `evaluate`. Every config field is a keyword (or a
+`policy_kwargs` entry), validated exactly as on the command line; weights come from a state
+dict, a file or a folder of checkpoints (`parameter_sources.py`); the hyperparameters a learner
+can change during a run are checked here (`hyperparameters.py`) before the runner sends them.
 `Algorithm` does it all through the runner and the `Policy` protocol, so a class is only its
 `algorithm` name: which network, learner and settings it brings is the registries' business
 (`config/algorithms.py`, `models/factory.py`, `learners/registry.py`).
@@ -37,8 +47,11 @@ import numpy as np
 import torch
 
 from sampleforge.api.env_argument import EnvArgument, check_sendable, env_name
+from sampleforge.api.hyperparameters import check_hyperparameters, starting_hyperparameters
+from sampleforge.api.parameter_sources import read_parameter_source
 from sampleforge.components.runner import Runner
-from sampleforge.config import Config, ConfigError, config_to_dict, make_config
+from sampleforge.config import Config, ConfigError, config_fields, config_to_dict, make_config
+from sampleforge.config.validation import suggest_name
 from sampleforge.envs.registry import UnknownEnvError
 from sampleforge.evaluation.episodes import DEFAULT_NUM_ENVS, EvaluationResult, run_episodes
 from sampleforge.evaluation.local_policy import LocalPolicy
@@ -46,10 +59,8 @@ from sampleforge.evaluation.policy_files import (
     IMPORTING_SETTINGS,
     MACHINE_LOCAL_SETTINGS,
     load_saved_policy,
-    read_weights_file,
     save_model_file,
 )
-from sampleforge.models.factory import MODEL_SETTINGS
 from sampleforge.telemetry import RunSummary
 from sampleforge.telemetry.training_callback import TrainingCallback
 
@@ -89,12 +100,12 @@ class Algorithm:
 
         env: a Gymnasium id, a registered sampleforge env name, or a function that builds an
             env (`fn()` or `fn(context: EnvContext)`; top-level, so worker processes can
-            import it). policy_kwargs: model settings (mlp_hidden_sizes, activation, rnn,
-            rnn_size, shared_weights, normalize_obs). config: any other `Config` field.
-            A setting not given (None for the named ones) comes from the env's family or the
-            `Config` default, as on the command line. Unless given, `experiment` is a new
-            unique name (nothing is resumed) and `stop_at_mean_return` is off (`train(n)`
-            trains n env steps).
+            import it). policy_kwargs and config: any `Config` field, model settings
+            (mlp_hidden_sizes, activation, rnn, ...) and training settings (learning_rate,
+            gamma, ...) alike, each given in one place only. A setting not given (None for
+            the named ones) comes from the env's family or the `Config` default, as on the
+            command line. Unless given, `experiment` is a new unique name (nothing is
+            resumed) and `stop_at_mean_return` is off (`train(n)` trains n env steps).
         Raises ConfigError listing every bad setting, UnknownEnvError for an unknown env.
         """
         name = env_name(env)
@@ -116,6 +127,9 @@ class Algorithm:
         self._pending: dict[int, StateDict] = {}
         self._policies: dict[int, LocalPolicy] = {}
         self._versions: dict[int, int] = {}
+        # {policy_id: {name: value}}: hyperparameters set since construction (the learners
+        # start from the config's; those set before the processes start are sent then).
+        self._hyperparameters: dict[int, dict[str, float]] = {}
         # Ends the worker processes when this object is closed, collected, or at exit.
         self._finalizer = weakref.finalize(self, self._runner.close)
 
@@ -135,6 +149,17 @@ class Algorithm:
         """Env steps trained so far (all `train` calls; once the processes run, a resumed
         experiment's steps included)."""
         return self._runner.progress.total_env_steps
+
+    @property
+    def hyperparameters(self) -> dict[str, float]:
+        """Policy 0's current values of what `set_hyperparameters` may change: the config's,
+        overridden by what was set (`hyperparameters_of` for another policy)."""
+        return self.hyperparameters_of(0)
+
+    def hyperparameters_of(self, policy_id: int) -> dict[str, float]:
+        """A trained policy's current hyperparameters (see `hyperparameters`)."""
+        self._check_policy_id(policy_id)
+        return {**starting_hyperparameters(self.cfg), **self._hyperparameters.get(policy_id, {})}
 
     @property
     def runner(self) -> Runner:
@@ -182,7 +207,11 @@ class Algorithm:
         }
 
     def set_parameters(self, parameters: Mapping[int, ParameterSource]) -> None:
-        """Replace weights: {policy_id: state_dict, or a checkpoint or model file path}.
+        """Replace weights: {policy_id: a state dict, or the path of a checkpoint or model
+        file, or of a folder of checkpoints}.
+
+        A folder is an experiment folder, its `checkpoints/` folder or a `checkpoints/p<id>/`
+        folder; the newest checkpoint there that verifies is used, as a resume does.
 
         The learner loads them (and checkpoints them) and republishes them to the inference
         workers before this returns; before the first `train` they are kept and applied when
@@ -195,6 +224,33 @@ class Algorithm:
             self._runner.load_weights(state_dicts)
         else:
             self._pending.update(state_dicts)
+
+    def set_hyperparameters(
+        self, values: Mapping[str, float], policy_id: int | None = None
+    ) -> None:
+        """Change training hyperparameters of policy `policy_id` (None: every trained policy)
+        from its learner's next dataset on: between `train` calls, from a training callback,
+        or before the first `train` (kept and sent when the processes start).
+
+        The names are those this algorithm's learner can change (`hyperparameters` lists
+        them: learning_rate, entropy_coeff and adam_beta1 for the actor-critic family; the
+        learning rates for the others); a schedule (`lr_schedule`) decays from the new value.
+        ValueError, before anything is sent, for an unknown name or a value its setting does
+        not allow; refused with `with_pbt`, whose population sets these values itself.
+        """
+        if self.cfg.with_pbt:
+            raise ValueError(
+                "set_hyperparameters: with_pbt=True: the population sets the hyperparameters; "
+                "drive a population from outside with with_pbt=False instead"
+            )
+        checked = check_hyperparameters(self.cfg, values)
+        if policy_id is not None:
+            self._check_policy_id(policy_id)
+        policies = range(self.cfg.num_policies) if policy_id is None else [policy_id]
+        for p in policies:
+            self._hyperparameters.setdefault(p, {}).update(checked)
+            if self._started:
+                self._runner.set_hyperparameters(p, checked)
 
     # --- acting ---------------------------------------------------------------------------------
     def predict(
@@ -317,6 +373,8 @@ class Algorithm:
             if self._pending:
                 self._runner.load_weights(self._pending)
                 self._pending = {}
+            for p, values in self._hyperparameters.items():
+                self._runner.set_hyperparameters(p, values)
         return self._runner
 
     def _policy(self, policy_id: int, refresh: bool = True) -> LocalPolicy:
@@ -337,11 +395,11 @@ class Algorithm:
     def _checked_weights(self, policy_id: int, source: ParameterSource) -> StateDict:
         self._check_policy_id(policy_id)
         if isinstance(source, (str, Path)):
-            source = read_weights_file(source, policy_id)
+            source = read_parameter_source(source, policy_id)
         if not isinstance(source, Mapping):
             raise TypeError(
-                f"parameters for policy {policy_id}: expected a state dict or a "
-                f"checkpoint path, got {type(source).__name__}"
+                f"parameters for policy {policy_id}: expected a state dict or the path of a "
+                f"checkpoint, model file or checkpoint folder, got {type(source).__name__}"
             )
         state_dict = {k: torch.as_tensor(v).detach().cpu().clone() for k, v in source.items()}
         env = self._runner.env
@@ -474,26 +532,38 @@ class CrossQ(ContinuousControlAlgorithm):
 def _merge_settings(
     policy_kwargs: Mapping[str, Any] | None, config: Mapping[str, Any], **named: Any
 ) -> dict[str, Any]:
-    """Constructor keywords, policy_kwargs and config as one dict; ConfigError on clashes."""
+    """Constructor keywords, policy_kwargs and config as one dict; ConfigError on clashes.
+
+    policy_kwargs takes any setting a keyword takes (AsynRL's users pass training settings
+    there as well as model ones); a setting given in two places is refused, not resolved.
+    """
     problems = []
-    model_kwargs = dict(policy_kwargs or {})
-    allowed = [s for s in MODEL_SETTINGS if s != "encoder"]
-    for key in model_kwargs:
-        if key not in allowed:
+    given = {k: v for k, v in named.items() if v is not None}  # None: the family's or default
+    keywords = {**given, **config}
+    fields = [f.name for f in config_fields()]
+    for key, value in dict(policy_kwargs or {}).items():
+        if key in ("env", "algorithm"):
+            problems.append(f"policy_kwargs: {key} is set by the {_SET_BY[key]}, not a setting")
+        elif key not in fields:
             problems.append(
-                f"policy_kwargs: unknown model setting {key!r} (allowed: {', '.join(allowed)})"
+                f"policy_kwargs: unknown setting {key!r}{suggest_name(key, fields)} (allowed: "
+                "any Config field, as `sampleforge train --help` lists them)"
             )
-        elif key in config:
-            problems.append(f"{key}: given both in policy_kwargs and as a keyword")
+        elif key in keywords:
+            problems.append(
+                f"{key}: given both in policy_kwargs ({value!r}) and as the keyword {key}= "
+                f"({keywords[key]!r}); give it once"
+            )
     for key in ("env", "algorithm"):
         if key in config:
-            problems.append(
-                f"{key}: set by the {'first argument' if key == 'env' else 'class'}, not a keyword"
-            )
+            problems.append(f"{key}: set by the {_SET_BY[key]}, not a keyword")
     if problems:
         raise ConfigError(problems)
-    given = {k: v for k, v in named.items() if v is not None}  # None: the family's or default
-    return {**given, **model_kwargs, **config}
+    return {**given, **dict(policy_kwargs or {}), **config}
+
+
+# What sets the settings that are not keywords.
+_SET_BY = {"env": "first argument", "algorithm": "class"}
 
 
 def _unique_experiment(algorithm: str, env: str) -> str:

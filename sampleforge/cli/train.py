@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
             f"sampleforge: training failed: {e.message if e.self_explained else e}", file=sys.stderr
         )
         return 1
+    if runner.rank is not None and not runner.rank.is_main:
+        return exit_code_of(runner.stop_signal)  # rank 0 reports for every rank
     print(
         f"stopped because: {summary.stopped_because}; env steps {summary.env_steps:,} in "
         f"{summary.wall_seconds:.1f} s ({summary.mean_fps:,.0f} FPS); mean return (last 100) "

@@ -184,6 +184,14 @@ class StagedSteps:
 
 
 @dataclass(frozen=True)
+class PeersFinished:
+    """Data-parallel runs: another rank's learner stopped training (its runner ended the run,
+    or a peer left), so this rank's run ends too (`distributed/rounds.py`)."""
+
+    policy_id: int
+
+
+@dataclass(frozen=True)
 class LearnerReady:
     """A learner's counters when it starts: restored from `resumed_from`, or zero."""
 

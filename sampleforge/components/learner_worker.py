@@ -13,6 +13,12 @@ fresh data instead of a growing backlog and no sample is dropped for being stale
 It owns the policy's training state: on start it resumes from the newest valid checkpoint if
 asked to.
 
+Data-parallel runs (`--distributed`, `distributed/`): the worker joins its policy's learner
+group across the ranks, starts from rank 0's state, and trains in rounds: it meets the other
+ranks whenever it has data, is paused or is stopping, and they decide together
+(`distributed/rounds.py`) how much each trains, so every rank makes the same SGD steps with
+gradients averaged over all; env steps are counted over all ranks.
+
 Must not: decide when training ends or when to checkpoint (the runner does).
 """
 
@@ -38,6 +44,7 @@ from sampleforge.comms.messages import (
     LearnerReady,
     LoadWeights,
     Pause,
+    PeersFinished,
     PublishSnapshot,
     Resume,
     SaveCheckpoint,
@@ -50,6 +57,9 @@ from sampleforge.comms.messages import (
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.config import Config
 from sampleforge.config.ranges import learner_seed
+from sampleforge.distributed.learner_group import LearnerGroup, peer_errors
+from sampleforge.distributed.rounds import RankRow, decide
+from sampleforge.distributed.torchrun_rank import TorchrunRank
 from sampleforge.learners.registry import LearnerSite, make_learner_parts
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
@@ -86,6 +96,7 @@ class LearnerWorker:
         checkpoint_dir: str,
         frameskip: int,
         resume: bool,
+        rank: TorchrunRank | None = None,
     ):
         self.name = f"learner_p{policy_id}"
         self.cfg = cfg
@@ -114,6 +125,7 @@ class LearnerWorker:
         self.learner, self.stager, self.gate = parts.learner, parts.stager, parts.gate
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
         resumed_from, note = self._resume() if resume else (None, None)
+        self.group = None if rank is None else self._join(rank, device)
         self.weights.publish(self.learner.model, self.learner.policy_version)
         if policy_id == 0:  # frozen opponents start as the first policy's initial weights
             for frozen in range(cfg.num_policies, len(weights)):
@@ -134,6 +146,26 @@ class LearnerWorker:
         self._arrived: deque[TrajectoryReady] = deque()
         self._reported_env_steps = self.learner.env_steps
         self._trained = False  # since this process started
+        # Data-parallel rounds: what this worker was told, and what the ranks agreed.
+        self._stopping = False  # the runner sent Stop
+        self._resumed_once = False  # the runner has begun training at least once
+        self._halted = False  # the ranks have stopped meeting
+        self._told_peers_finished = False
+        self._synced_env_steps = self.learner.env_steps
+        self._last_dataset: Any = None  # with sync_fraction < 1: the last dataset trained on
+        self._rounds_followed = 0  # rounds this rank took part in without data
+
+    def _join(self, rank: TorchrunRank, device: torch.device) -> LearnerGroup:
+        """Join the policy's learner group and continue from rank 0's state (its checkpoint,
+        or its fresh initialisation: ranks are seeded differently)."""
+        group = LearnerGroup(rank, self.policy_id, device, self.cfg.distributed_timeout_sec)
+        with peer_errors(self.policy_id):
+            state = group.broadcast_state(self.learner.state_dict() if rank.is_main else None)
+        if not rank.is_main:
+            self.learner.load_state_dict(state)
+        self.learner.data_parallel = group
+        group.share_running_statistics(self.learner.model)
+        return group
 
     def _resume(self) -> tuple[str | None, str | None]:
         """Load the newest valid checkpoint, if any; returns its path, and what it did not
@@ -160,13 +192,68 @@ class LearnerWorker:
             self.stager.add(self._arrived.popleft())
         self.stager.return_slots()
         self._gate_sampling()
-        if self.stager.ready() and not self.paused:
+        if self.group is not None:
+            with peer_errors(self.policy_id):
+                self._meet()
+        elif self.stager.ready() and not self.paused:
             self._train()
-        elif not self._trained and self.learner.env_steps > self._reported_env_steps:
+        if not self._trained and self.learner.env_steps > self._reported_env_steps:
             self._report_staged_steps()
+
+    def _meet(self) -> None:
+        """One data-parallel round, when there is something to meet about (see rounds.py)."""
+        assert self.group is not None
+        if self._halted:
+            self.running = not self._stopping
+            return
+        ready = 0 if self.paused else self.stager.ready_items
+        stragglers_allowed = self.cfg.sync_fraction < 1.0  # then meet at every poll
+        if not (ready or self.paused or self._stopping or stragglers_allowed):
+            return
+        row = RankRow(
+            stopping=self._stopping,
+            finishing=self.paused and self._resumed_once,
+            waiting=self.paused and not self._resumed_once,
+            ready_items=ready,
+            new_env_steps=self.learner.env_steps - self._synced_env_steps,
+            can_follow=self._last_dataset is not None,
+        )
+        decision = decide(self.group.gather(row), self.cfg.sync_fraction)
+        self._add_env_steps(decision.env_steps)
+        if decision.halt:
+            self._halted = True
+            self.running = not self._stopping
+        if decision.peers_finished and not self.paused and not self._told_peers_finished:
+            self._told_peers_finished = True
+            send_many(self.report_queue, [PeersFinished(self.policy_id)])
+        if decision.items and decision.follows and decision.follows[self.group.rank]:
+            self._follow()
+        elif decision.items:
+            self._train(limit=decision.items)
+
+    def _follow(self) -> None:
+        """A straggler's part in a round (sync_fraction): the same SGD steps as the others, on
+        its last dataset, with weight 0; its own new data waits for a later round."""
+        assert self.group is not None and self._last_dataset is not None
+        env_steps = self.learner.env_steps
+        self.group.weight = 0.0
+        try:
+            self.learner.train(self._last_dataset, self._publish)
+        finally:
+            self.group.weight = 1.0
+        self.learner.env_steps = env_steps  # it trained on nothing new
+        self._rounds_followed += 1
+        self._add_env_steps(self.group.total(0))
+
+    def _add_env_steps(self, every_ranks: int) -> None:
+        """Count the new env steps of every rank (the same number on all)."""
+        self._synced_env_steps += every_ranks
+        self.learner.env_steps = self._synced_env_steps
 
     def close(self) -> None:
         self.stager.close()
+        if self.group is not None:
+            self.group.close()
 
     def snapshot_state(self) -> dict:
         """Training state plus the trajectories staged or waiting, for an exact resume."""
@@ -197,9 +284,12 @@ class LearnerWorker:
             frozen = self.all_weights[msg.frozen_policy]
             frozen.publish(self.learner.model, frozen.version + 1)
         elif isinstance(msg, Stop):
-            self.running = False
+            # A data-parallel learner leaves only once the other ranks know (see _meet).
+            self._stopping = True
+            self.running = self.group is not None
         elif isinstance(msg, (Pause, Resume)):
             self.paused = isinstance(msg, Pause)
+            self._resumed_once |= not self.paused
         else:
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
 
@@ -214,13 +304,18 @@ class LearnerWorker:
         self.learner.weights_replaced()
         self._publish()
 
-    def _train(self) -> None:
+    def _train(self, limit: int | None = None) -> None:
         self._trained = True
         t0 = time.perf_counter()
         self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
         self.gate.training_started(self.stager.filled)
         self._gate_sampling()
-        stats = self.learner.train(self.stager.take(), self._on_sgd_step)
+        data = self.stager.take(limit)
+        if self.cfg.sync_fraction < 1.0:  # what a straggler takes part with (see _follow)
+            self._last_dataset = data.clone()
+        stats = self.learner.train(data, self._on_sgd_step)
+        if self.group is not None:  # every rank trained this round: count all their steps
+            self._add_env_steps(self.group.total(self.learner.env_steps - self._synced_env_steps))
         self.stager.consume()
         self.gate.training_done()
         # The dataset just trained on may have ended the early epochs.
@@ -229,6 +324,9 @@ class LearnerWorker:
         self._train_seconds += time.perf_counter() - t0
         stats["perf/learner_train_sec"] = self._train_seconds
         stats["perf/learner_wait_sec"] = self.gate.waited_seconds
+        if self.group is not None:
+            stats["perf/allreduce_sec"] = self.group.allreduce_seconds
+            stats["learner/rounds_followed"] = float(self._rounds_followed)
         stats["learner/sampling_lead_sgd_steps"] = float(self.gate.lead)
         stats[LEAD_AT_CAP] = float(self.gate.lead_at_cap)
         send_many(

@@ -10,14 +10,20 @@ Between `train` calls the rollout workers are paused, not respawned. Ctrl-C or S
 `train` ends it cleanly with a final checkpoint (`stopped_because == "interrupted"`); a second
 Ctrl-C kills every child at once.
 
+In a data-parallel run (`--distributed`, under torchrun) every rank has a runner of its own;
+rank 0's serves the run's TCPStore, logs, evaluates and checkpoints, and the others keep their
+files in a scratch folder deleted at close. A rank's run ends when any rank's does.
+
 Must not: compute anything about learning; it only reads reports and sends commands.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
+import shutil
 import time
 from typing import cast
 
@@ -42,14 +48,24 @@ from sampleforge.comms.messages import (
     EpisodesFinished,
     LearnerReady,
     Pause,
+    PeersFinished,
     Resume,
     SaveCheckpoint,
+    SetHyperparameters,
     TrainingReport,
 )
 from sampleforge.comms.queues import receive, send_many
 from sampleforge.components.supervisor import ComponentDied, Supervisor
 from sampleforge.components.wiring import Wiring, check_run_fits, wire
 from sampleforge.config import Config, ConfigError, validate_config
+from sampleforge.distributed.rank_exchange import EpisodeExchange
+from sampleforge.distributed.torchrun_rank import (
+    NotLaunchedByTorchrun,
+    TorchrunRank,
+    rank_config,
+    scratch_dir,
+    torchrun_rank,
+)
 from sampleforge.envs.registry import env_info, resolve_env
 from sampleforge.evaluation.schedule import TrainingEvaluation
 from sampleforge.models.factory import check_model_fits_env, make_policy_model, resolve_device
@@ -75,7 +91,7 @@ CHECKPOINT_TIMEOUT_SEC = 60.0
 
 # Errors whose one line says all a user needs (the fault, where, and what to do): the command
 # line leaves their traceback out.
-SELF_EXPLAINED_ERRORS = ("EnvFaultError", "NonFiniteTrainingError")
+SELF_EXPLAINED_ERRORS = ("EnvFaultError", "NonFiniteTrainingError", "PeerLostError")
 
 
 class TrainingError(RuntimeError):
@@ -105,11 +121,19 @@ class Runner:
 
     def __init__(self, cfg: Config):
         validate_config(cfg)
+        self.rank = _data_parallel_rank(cfg)
+        self._scratch: str | None = None  # a rank > 0's private train_dir
+        if self.rank is not None:
+            if not self.rank.is_main:
+                self._scratch = scratch_dir(self.rank)
+            cfg = rank_config(cfg, self.rank, self._scratch or cfg.train_dir)
         self.cfg = cfg
         self.env_spec = resolve_env(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
         self.env = env_info(cfg.env, drop_obs_keys=cfg.obs_keys_to_drop)
         check_model_fits_env(cfg, self.env)
-        self.device = resolve_device(cfg.device)
+        self.device = resolve_device(
+            cfg.device, None if self.rank is None else self.rank.local_rank
+        )
         problems = [
             p for p in (None if cfg.serial_mode else spawn_problem(), wandb_problem(cfg)) if p
         ]
@@ -136,6 +160,18 @@ class Runner:
         self.evaluation: TrainingEvaluation | None = None  # with eval_every_env_steps
         self._callback: CallbackSchedule | None = None  # set during `train`
         self._train_call = (0, time.monotonic())  # (env steps, time) when `train` began
+        self._another_rank_finished = False  # data-parallel runs end on every rank at once
+        # Rank 0 serves the store every rank's learners meet at (before any of them starts).
+        self._store = (
+            None
+            if self.rank is None
+            else self.rank.open_store(cfg.distributed_timeout_sec, serve=True)
+        )
+        self._episodes = (
+            None
+            if self._store is None or self.rank is None
+            else EpisodeExchange(self._store, self.rank)
+        )
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -147,7 +183,9 @@ class Runner:
             self._start()
 
     def _start(self) -> None:
-        self.wiring = wire(self.cfg, self.env_spec, self.env, self.device, self.exp, self.resume)
+        self.wiring = wire(
+            self.cfg, self.env_spec, self.env, self.device, self.exp, self.resume, self.rank
+        )
         self.evaluation = TrainingEvaluation.for_run(self.cfg, self.wiring.evaluation_inboxes)
         self.population = PopulationCoordinator(
             self.cfg, self.wiring, self.exp.path, self.env.reward_shaping, self.resume
@@ -196,6 +234,9 @@ class Runner:
         self.host.poll(0.0 if serial else wait_for_exits)
         for msg in receive(self.wiring.report_queue, 0.0 if serial else wait_for_reports):
             self._on_report(msg)
+        if self._episodes is not None and self.rank is not None and self.rank.is_main:
+            for msg in self._episodes.receive():  # the other ranks' episodes count here too
+                self._on_report(msg)
         self._check_processes()
 
     def _pump_until(self, done, timeout: float, failure) -> None:
@@ -271,6 +312,8 @@ class Runner:
                 self._stop_components()
         finally:
             self._lock.release()
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _stop_components(self) -> None:
         try:
@@ -316,6 +359,8 @@ class Runner:
     def _stop_reason(self, target: int, seconds: float | None, elapsed: float) -> str:
         if self._interrupts.requested is not None:
             return "interrupted"
+        if self._another_rank_finished:
+            return "another_rank"
         if self.progress.total_env_steps >= target:
             return "train_for_env_steps"
         if seconds is not None and elapsed >= seconds:
@@ -349,6 +394,8 @@ class Runner:
         if self.progress.record(msg):  # statistics; some also concern the population
             if isinstance(msg, EpisodesFinished):
                 self.population.on_episodes(msg)
+                if self._episodes is not None and self.rank is not None and not self.rank.is_main:
+                    self._episodes.send(msg)
             elif isinstance(msg, TrainingReport):
                 self.population.on_training(msg)
             elif isinstance(msg, LearnerReady):
@@ -358,6 +405,8 @@ class Runner:
                 log.info("final checkpoint of policy %d: %s", msg.policy_id, msg.path)
         elif isinstance(msg, ComponentStarted):
             self._not_started.discard(msg.component)
+        elif isinstance(msg, PeersFinished):
+            self._another_rank_finished = True
         elif isinstance(msg, EvaluationFinished) and self.evaluation is not None:
             self.evaluation.on_finished(msg, self.writer)
         elif isinstance(msg, ComponentFailed):
@@ -396,7 +445,19 @@ class Runner:
             self.wiring.send_weights_to_learner(policy_id, model)
         self._save_checkpoint(final=True, score=False)
 
+    def set_hyperparameters(self, policy_id: int, values: dict[str, float]) -> None:
+        """Between `train` calls or from a training callback (Python API): `policy_id`'s
+        learner uses these values from the next dataset it trains on (its inbox is read
+        between datasets; between calls, ahead of the next Resume). The caller checks the
+        names (`learners/registry.py: learner_hyperparameters`): a learner fails on a name it
+        does not know."""
+        if not self.started:
+            self.start()
+        self.wiring.send_to_learner(policy_id, [SetHyperparameters(dict(values))])
+
     def _request_checkpoint(self, final: bool, score: bool = True) -> None:
+        if self.rank is not None and not self.rank.is_main:
+            return  # rank 0 checkpoints the (identical) state of every rank
         self.population.save()
         for p, inbox in self.wiring.learner_inboxes.items():
             # None: not a candidate for the best checkpoint.
@@ -406,6 +467,8 @@ class Runner:
     def _save_checkpoint(self, final: bool, score: bool = True) -> None:
         """Ask every learner for a checkpoint and wait until they are written."""
         self._final_checkpoints = {}
+        if self.rank is not None and not self.rank.is_main:
+            return
         self._request_checkpoint(final, score)
         self._pump_until(
             lambda: len(self._final_checkpoints) == self.cfg.num_policies,
@@ -437,6 +500,8 @@ class Runner:
 
     # --- reporting ------------------------------------------------------------------------------
     def _report_status(self, bar, target: int) -> None:
+        if self.rank is not None and not self.rank.is_main:
+            return  # rank 0 logs for every rank
         p = self.progress
         scalars = {**p.scalars(), **self.supervisor.health_metrics(), **self.population.scalars()}
         self.writer.write(p.total_env_steps, scalars)
@@ -450,11 +515,23 @@ class Runner:
     ) -> RunSummary:
         name = self.cfg.experiment_name
         best_eval = None if self.evaluation is None else self.evaluation.best_mean_return
-        return self.progress.summary(
+        summary = self.progress.summary(
             reason, name, started, training_started, steps_at_start, best_eval
         )
+        world_size = 1 if self.rank is None else self.rank.world_size
+        return dataclasses.replace(summary, world_size=world_size)
 
     @property
     def stop_signal(self) -> int | None:
         """The last signal that interrupted `start` or `train`, if any."""
         return self._interrupts.last
+
+
+def _data_parallel_rank(cfg: Config) -> TorchrunRank | None:
+    """This process's rank under torchrun with `--distributed`; None without it."""
+    if not cfg.distributed:
+        return None
+    try:
+        return torchrun_rank()
+    except NotLaunchedByTorchrun as e:
+        raise ConfigError([str(e)]) from None

@@ -47,6 +47,7 @@ from sampleforge.components.learner_worker import LearnerEndpoints, LearnerWorke
 from sampleforge.components.memory_estimate import check_memory
 from sampleforge.components.rollout_worker import RolloutEndpoints, RolloutWorker
 from sampleforge.config import Config
+from sampleforge.distributed.torchrun_rank import TorchrunRank
 from sampleforge.envs.policy_mapping import PolicyMapping
 from sampleforge.envs.registry import EnvInfo, EnvSpec
 from sampleforge.evaluation.schedule import evaluation_dir
@@ -204,6 +205,7 @@ def wire(
     device: torch.device,
     exp: ExperimentDir,
     resume: bool,
+    rank: TorchrunRank | None = None,
 ) -> Wiring:
     """Allocate buffers and queues and describe every component of the run."""
     probe = make_policy_model(cfg, env.observation_space, env.action_space)
@@ -226,7 +228,7 @@ def wire(
         ledger=ledger,
     )
     for p in trained:
-        wiring.specs.append(_learner_spec(cfg, p, env, device, exp, resume, wiring))
+        wiring.specs.append(_learner_spec(cfg, p, env, device, exp, resume, wiring, rank))
     for p in acting:
         for i in range(cfg.num_inference_workers):
             wiring.specs.append(_inference_spec(cfg, p, i, env, device, wiring))
@@ -247,6 +249,7 @@ def _learner_spec(
     exp: ExperimentDir,
     resume: bool,
     wiring: Wiring,
+    rank: TorchrunRank | None,
 ) -> ComponentSpec:
     endpoints = LearnerEndpoints(
         buffer=wiring.buffer,
@@ -269,6 +272,7 @@ def _learner_spec(
             checkpoint_dir=str(exp.checkpoint_dir(p)),
             frameskip=env.frameskip,
             resume=resume,
+            rank=rank,
         ),
         control_queue=endpoints.inbox,
         torch_threads=cfg.learner_torch_threads,

@@ -30,6 +30,7 @@ _GROUP_TITLES = {
     "stopping": "when to stop",
     "sampling": "sampling (rollout and inference workers)",
     "population": "policies, self-play and population-based training",
+    "distributed": "data-parallel training (torchrun; docs/distributed.md)",
     "learner": "learner and optimizer",
     "actor_critic": _algorithms_title("actor-critic", ("actor_critic",)),
     "replay": _algorithms_title("replay", ("value_based", "continuous_control")),

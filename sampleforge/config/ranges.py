@@ -120,6 +120,8 @@ FLOAT_RANGES: dict[str, FloatRange] = {
     "env_step_timeout_sec": _POSITIVE,
     "report_every_sec": _POSITIVE,
     "save_every_sec": _POSITIVE,
+    "distributed_timeout_sec": _POSITIVE,
+    "sync_fraction": FloatRange(0.0, 1.0, low_open=True),
 }
 
 

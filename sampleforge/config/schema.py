@@ -33,7 +33,8 @@ from sampleforge.config.algorithms import AlgorithmName, algorithm_family
 
 StopOnName = Literal["training", "evaluation"]
 
-DeviceName = Literal["auto", "cpu", "cuda"]
+# auto, cpu, cuda or cuda:K (validation checks the form; the model factory, that torch has it).
+DeviceName = str
 RnnType = Literal["none", "gru", "lstm"]
 # Any encoder registered with sampleforge.models.registry, or module:name. The model factory
 # checks the name (config cannot import models; see tests/test_layers.py).
@@ -58,6 +59,7 @@ GROUPS = (
     "stopping",
     "sampling",
     "population",
+    "distributed",
     "learner",
     "actor_critic",
     "replay",
@@ -124,7 +126,8 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
     )
     device: DeviceName = option(
         "auto",
-        "Device of the learner and inference workers: cpu, cuda, or auto (cuda when available).",
+        "Device of the learner and inference workers: cpu, cuda, cuda:K, or auto (cuda when "
+        "available). With distributed, cuda and auto mean cuda:LOCAL_RANK (one GPU a rank).",
         "experiment",
     )
     algorithm: AlgorithmName = option(
@@ -363,6 +366,28 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
         "conv layer, as Sample Factory; recurrent cores keep their own) or unit_uniform (unit "
         "with ppo's policy head: a uniform first policy).",
         "model",
+    )
+
+    # --- distributed (torchrun; docs/distributed.md) --------------------------------------------
+    distributed: bool = option(
+        False,
+        "Data-parallel training: launched by torchrun, every rank runs a whole system (the "
+        "settings here apply per rank) and the learners average their gradients at every SGD "
+        "step (gloo on CPU, NCCL on CUDA). Rank 0 alone logs, evaluates and checkpoints.",
+        "distributed",
+    )
+    sync_fraction: float = option(
+        1.0,
+        "DD-PPO's straggler rule (on-policy algorithms): a round of SGD begins once this "
+        "fraction of the ranks have a dataset ready; the others take part with weight 0 and "
+        "keep their data for a later round. 1: every round waits for every rank.",
+        "distributed",
+    )
+    distributed_timeout_sec: float = option(
+        120.0,
+        "How long a learner waits for the other ranks at a collective (start, a round, an "
+        "all-reduce) before the run fails with an error naming the wait.",
+        "distributed",
     )
 
     # --- reliability ----------------------------------------------------------------------------

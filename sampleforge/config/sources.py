@@ -93,10 +93,17 @@ def config_sources(cfg: Config) -> Mapping[str, str]:
 
 
 def describe_config(cfg: Config) -> list[str]:
-    """One line per setting: name, value and source, in schema order."""
+    """One line per setting: name, value and source, in schema order (a data-parallel run's
+    first says which settings are per rank)."""
     sources = config_sources(cfg)
     width = max(len(f.name) for f in config_fields())
     lines = []
+    if cfg.distributed:
+        lines.append(
+            "# distributed: every rank runs this whole config (num_workers, num_envs_per_worker, "
+            "batch_size and the rest apply per rank; a rank's seed is seed + rank x 1000003); "
+            "train_for_env_steps counts every rank's steps"
+        )
     for f in config_fields():
         value = getattr(cfg, f.name)
         if isinstance(value, tuple):

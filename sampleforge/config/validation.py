@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from typing import Any, Callable, Iterable, Mapping
@@ -51,6 +52,12 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+# String settings with a form: name -> (pattern, what it allows, for the error).
+STRING_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
+    "device": (re.compile(r"auto|cpu|cuda(:\d+)?"), "auto, cpu, cuda, cuda:K (K a GPU index)"),
+}
+
+
 def coerce_value(name: str, value: Any, annotation: Any) -> Any:
     """Convert `value` (possibly a CLI string) to the field's type, or raise ValueError."""
     inner, optional = _unwrap_optional(annotation)
@@ -76,6 +83,9 @@ def coerce_value(name: str, value: Any, annotation: Any) -> Any:
     if inner is str:
         if not isinstance(value, str):
             raise ValueError(f"{name}: expected a string, got {value!r}")
+        form = STRING_FORMS.get(name)
+        if form is not None and not form[0].fullmatch(value):
+            raise ValueError(f"{name}: {value!r} is not one of {form[1]}")
         return value
     if origin is tuple:
         return _to_int_tuple(name, value)
@@ -340,6 +350,33 @@ def cross_field_problems(cfg: Config) -> list[str]:
         )
     problems += _policy_mapping_problems(cfg)
     problems += _algorithm_problems(cfg)
+    problems += _distributed_problems(cfg)
+    return problems
+
+
+def _distributed_problems(cfg: Config) -> list[str]:
+    """What data-parallel training (`distributed`) cannot combine with, yet."""
+    if not cfg.distributed:
+        return (
+            []
+            if not 0.0 < cfg.sync_fraction < 1.0  # out of range: reported as such
+            else [f"sync_fraction ({cfg.sync_fraction:g}) needs distributed true"]
+        )
+    refused = {
+        "serial_mode": "every rank needs its own processes",
+        "with_pbt": "a population across ranks runs on Ray Tune (sampleforge tune)",
+        "batch_renorm": "batch renormalisation's batch statistics would differ per rank",
+    }
+    problems = [
+        f"distributed: {name} true cannot be combined with it ({why})"
+        for name, why in refused.items()
+        if getattr(cfg, name)
+    ]
+    if cfg.sync_fraction < 1.0 and ALGORITHM_FAMILIES.get(cfg.algorithm) in _REPLAY_FAMILIES:
+        problems.append(
+            f"sync_fraction ({cfg.sync_fraction:g}) applies to datasets of fresh trajectories; "
+            f"algorithm {cfg.algorithm!r} trains on replay batches every rank has (use 1)"
+        )
     return problems
 
 

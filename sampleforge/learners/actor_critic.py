@@ -36,8 +36,9 @@ from sampleforge.buffers.trajectory_buffer import TrajectoryLayout
 from sampleforge.config import Config
 from sampleforge.learners.batcher import Dataset, Samples
 from sampleforge.learners.optimization import (
+    DataParallel,
     NonFiniteTrainingError,
-    clip_gradients,
+    average_and_clip,
     load_model,
     raise_unless_finite,
     set_scheduled_learning_rate,
@@ -45,6 +46,10 @@ from sampleforge.learners.optimization import (
 )
 from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.factory import make_actor_critic
+
+# What PBT, and the Python API between `train` calls, may change during a run
+# (`set_hyperparameters`; the API accepts exactly these names, through learners/registry.py).
+HYPERPARAMETERS = ("learning_rate", "entropy_coeff", "adam_beta1")
 
 
 def _lag_stats(lags: torch.Tensor, max_policy_lag: int) -> dict[str, float]:
@@ -101,12 +106,8 @@ class ActorCriticLearner:
         self.frameskip = frameskip
         self.policy_id = policy_id
         self.model = make_actor_critic(cfg, observation_space, action_space).to(device)
-        # What PBT may change during a run; the config holds only the starting values.
-        self.hyperparameters = {
-            "learning_rate": cfg.learning_rate,
-            "entropy_coeff": cfg.entropy_coeff,
-            "adam_beta1": cfg.adam_beta1,
-        }
+        # HYPERPARAMETERS' current values; the config holds only the starting ones.
+        self.hyperparameters = {name: float(getattr(cfg, name)) for name in HYPERPARAMETERS}
         self.optimizer = self._new_optimizer()
         # The config is the loss's settings (Config inherits ActorCriticSettings); PBT swaps in
         # a copy with its entropy coefficient (set_hyperparameters).
@@ -116,6 +117,7 @@ class ActorCriticLearner:
         self.skipped_updates = 0
         self.consecutive_skips = 0
         self._step_undo = StepUndo()
+        self.data_parallel: DataParallel | None = None  # the other ranks (distributed runs)
 
     # --- training -------------------------------------------------------------------------------
     def train(self, data: Dataset, on_sgd_step: Callable[[], None]) -> dict[str, float]:
@@ -318,8 +320,9 @@ class ActorCriticLearner:
         loss = compute_loss()
         self.optimizer.zero_grad(set_to_none=True)
         loss.total.backward()
-        grad_norm = self._clip_gradients()
-        finite = math.isfinite(loss.total.item()) and math.isfinite(grad_norm)
+        grad_norm, finite = average_and_clip(
+            self.model, loss.total, self.cfg.max_grad_norm, self.data_parallel
+        )
         if not step_unless_non_finite(self._step_undo, self.model, [self.optimizer], finite):
             if returns_rms is not None and saved_rms is not None:
                 returns_rms.load_state_dict(saved_rms)  # a skipped update leaves them as they were
@@ -351,9 +354,6 @@ class ActorCriticLearner:
                 "or result (each was skipped); check rewards and observations, or lower "
                 "learning_rate"
             )
-
-    def _clip_gradients(self) -> float:
-        return clip_gradients(self.model, self.cfg.max_grad_norm)
 
     def _set_learning_rate(self) -> None:
         set_scheduled_learning_rate(

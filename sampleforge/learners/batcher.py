@@ -43,6 +43,13 @@ class Dataset:
     def num_trajectories(self) -> int:
         return self.rewards.shape[1]
 
+    def clone(self) -> "Dataset":
+        """A copy that outlives the batcher's staging memory."""
+        return Dataset(
+            obs={k: v.clone() for k, v in self.obs.items()},
+            **{name: getattr(self, name).clone() for name in _PLAIN_FIELDS},
+        )
+
     def to(self, device: torch.device) -> "Dataset":
         """The same data on `device`."""
         return Dataset(
@@ -169,6 +176,11 @@ class Batcher:
     def ready(self) -> bool:
         return self.filled >= self.dataset_trajectories
 
+    @property
+    def ready_items(self) -> int:
+        """Datasets `take` would hand over now (0 or 1)."""
+        return int(self.ready())
+
     def has_room(self) -> bool:
         """Rows beyond the next dataset wait in the inbox (the slots stay the sampler's
         back-pressure)."""
@@ -186,8 +198,9 @@ class Batcher:
     def unsaved_state_note(self) -> str | None:
         return None  # a partly staged dataset is sampled again
 
-    def take(self) -> Dataset:
-        """The oldest complete dataset. Valid until `consume()` is called."""
+    def take(self, limit: int | None = None) -> Dataset:
+        """The oldest complete dataset (one item, whatever `limit`). Valid until `consume()`
+        is called."""
         d = self.dataset_trajectories
         view = {name: tensor[:, :d] for name, tensor in self._staging.items()}
         obs = {name.removeprefix("obs."): t for name, t in view.items() if name.startswith("obs.")}

@@ -45,7 +45,8 @@ from sampleforge.algo.continuous_control import (
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
 from sampleforge.learners.optimization import (
-    clip_gradients,
+    all_ranks,
+    average_and_clip,
     load_model,
     make_adam,
     polyak_update,
@@ -58,6 +59,10 @@ from sampleforge.learners.replay_stager import ReplayStager
 from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.continuous_policy import ContinuousPolicy
 from sampleforge.models.critic_ensemble import CriticEnsemble
+
+# What `set_hyperparameters` changes (the Python API accepts exactly these names, through
+# learners/registry.py).
+HYPERPARAMETERS = ("learning_rate", "actor_learning_rate")
 
 
 class Temperature(nn.Module):
@@ -162,7 +167,8 @@ class ContinuousLearner(ReplayLearning):
     # --- one update -----------------------------------------------------------------------------
     def _update(self, replay_batch: ReplayBatch) -> dict[str, float]:
         b = self._to_device(replay_batch)
-        if not bool(torch.isfinite(torch.cat([b.returns, b.discounts, b.weights])).all()):
+        finite = bool(torch.isfinite(torch.cat([b.returns, b.discounts, b.weights])).all())
+        if not all_ranks(finite, self.data_parallel):
             self.skips.record(False)
             return {"health/non_finite_updates": 1.0}
         policy = self._model
@@ -203,8 +209,9 @@ class ContinuousLearner(ReplayLearning):
         loss, priorities = critic_loss(q, targets, b.weights)
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = clip_gradients(self.critics, self.cfg.max_grad_norm)
-        finite = math.isfinite(loss.item()) and math.isfinite(grad_norm)
+        grad_norm, finite = average_and_clip(
+            self.critics, loss, self.cfg.max_grad_norm, self.data_parallel
+        )
         taken = step_unless_non_finite(
             self._critic_undo, self.critics, [self.critic_optimizer], finite
         )
@@ -262,8 +269,9 @@ class ContinuousLearner(ReplayLearning):
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = clip_gradients(actor, self.cfg.max_grad_norm)
-        finite = math.isfinite(loss.item()) and math.isfinite(grad_norm)
+        grad_norm, finite = average_and_clip(
+            self._actor_side, loss, self.cfg.max_grad_norm, self.data_parallel, clip=actor
+        )
         taken = step_unless_non_finite(self._actor_undo, self._actor_side, optimizers, finite)
         self.skips.record(taken)
         if not taken:
@@ -311,9 +319,16 @@ class ContinuousLearner(ReplayLearning):
 
     # --- outside changes ------------------------------------------------------------------------
     def set_hyperparameters(self, values: dict[str, float]) -> None:
+        """New critic (and temperature) or actor learning rates, from the next update; the
+        schedule decays from them. Other names are ignored."""
         if "learning_rate" in values:
             self.learning_rate = float(values["learning_rate"])
-            self._set_learning_rates()
+            if self.temperature_optimizer is not None:  # it learns at the critics' rate
+                for group in self.temperature_optimizer.param_groups:
+                    group["lr"] = self.learning_rate
+        if "actor_learning_rate" in values:
+            self.actor_learning_rate = float(values["actor_learning_rate"])
+        self._set_learning_rates()
 
     def copy_policy(self, model: nn.Module) -> None:
         """Continue from another policy's actor: new optimizer state and target actor."""

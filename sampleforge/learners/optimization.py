@@ -1,4 +1,5 @@
-"""What every learner family's optimizer step shares: gradient clipping, the non-finite checks
+"""What every learner family's optimizer step shares: gradients averaged over the ranks of a
+data-parallel run and clipped (`average_and_clip`), the non-finite checks
 that keep a bad update out of inference and checkpoints (a step undone, `step_unless_non_finite`,
 and counted, `SkippedUpdates`), loading weights with a clear error, the Adam the replay learners
 build (`make_adam`) and how their target networks follow (`polyak_update`).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -28,6 +30,41 @@ def clip_gradients(model: nn.Module, max_grad_norm: float) -> float:
     params = [p for p in model.parameters() if p.grad is not None]
     max_norm = max_grad_norm if max_grad_norm > 0 else math.inf
     return float(nn.utils.clip_grad_norm_(params, max_norm))
+
+
+class DataParallel(Protocol):
+    """The other ranks' learners of this policy, in a data-parallel run
+    (`distributed/learner_group.py: LearnerGroup`)."""
+
+    def average_gradients(self, params: Iterable[nn.Parameter], local_ok: bool) -> bool:
+        """Average the gradients over the ranks; whether `local_ok` held on every rank."""
+        ...
+
+    def all_true(self, flag: bool) -> bool:
+        """Whether `flag` holds on every rank."""
+        ...
+
+
+def average_and_clip(
+    module: nn.Module,
+    loss: torch.Tensor,
+    max_grad_norm: float,
+    data_parallel: DataParallel | None,
+    clip: nn.Module | None = None,
+) -> tuple[float, bool]:
+    """After backward: average `module`'s gradients over the ranks (data-parallel runs), then
+    clip `clip`'s (default: `module`'s). Returns the norm before clipping and whether the step
+    may be taken: every rank's loss and the norm finite (the same answer on every rank)."""
+    finite = math.isfinite(loss.item())
+    if data_parallel is not None:
+        finite = data_parallel.average_gradients(module.parameters(), finite)
+    grad_norm = clip_gradients(module if clip is None else clip, max_grad_norm)
+    return grad_norm, finite and math.isfinite(grad_norm)
+
+
+def all_ranks(flag: bool, data_parallel: DataParallel | None) -> bool:
+    """`flag` agreed by every rank (this rank's alone outside data-parallel runs)."""
+    return flag if data_parallel is None else data_parallel.all_true(flag)
 
 
 def non_finite_entries(model: nn.Module, optimizer: torch.optim.Optimizer) -> list[str]:

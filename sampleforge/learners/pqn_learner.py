@@ -22,7 +22,6 @@ Must not: touch queues, processes or files; everything resumable is in `state_di
 
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -34,8 +33,9 @@ from sampleforge.buffers.step_validity import trainable
 from sampleforge.config import Config
 from sampleforge.learners.batcher import Dataset
 from sampleforge.learners.optimization import (
+    DataParallel,
     SkippedUpdates,
-    clip_gradients,
+    average_and_clip,
     load_model,
     raise_unless_finite,
     set_scheduled_learning_rate,
@@ -45,8 +45,10 @@ from sampleforge.learners.step_undo import StepUndo
 from sampleforge.models.q_network import QNetwork
 from sampleforge.models.q_policy import QPolicy
 
-# PBT mutates these for every family; PQN has no entropy term, so that one changes nothing.
-_HYPERPARAMETERS = ("learning_rate", "adam_beta1")
+# What `set_hyperparameters` changes (the Python API accepts exactly these names, through
+# learners/registry.py). PBT mutates entropy_coeff for every family too; PQN has no entropy
+# term, so from PBT that one is accepted and changes nothing.
+HYPERPARAMETERS = ("learning_rate", "adam_beta1")
 _NOT_APPLICABLE = ("entropy_coeff",)
 
 
@@ -67,10 +69,11 @@ class PQNLearner:
         self._device = device
         self.frameskip = frameskip
         self.policy_id = policy_id
-        self.hyperparameters = {"learning_rate": cfg.learning_rate, "adam_beta1": cfg.adam_beta1}
+        self.hyperparameters = {name: float(getattr(cfg, name)) for name in HYPERPARAMETERS}
         self.optimizer = self._new_optimizer()
         self._policy_version = 0
         self._env_steps = 0
+        self.data_parallel: DataParallel | None = None  # the other ranks (distributed runs)
         self.skips = SkippedUpdates(cfg.max_consecutive_skipped_updates)
         self._step_undo = StepUndo()
 
@@ -90,6 +93,10 @@ class PQNLearner:
     @property
     def env_steps(self) -> int:
         return self._env_steps
+
+    @env_steps.setter
+    def env_steps(self, value: int) -> None:
+        self._env_steps = value
 
     @property
     def policy_version(self) -> int:
@@ -175,8 +182,9 @@ class PQNLearner:
         )
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = clip_gradients(self.network, self.cfg.max_grad_norm)
-        finite = math.isfinite(loss.item()) and math.isfinite(grad_norm)
+        grad_norm, finite = average_and_clip(
+            self.network, loss, self.cfg.max_grad_norm, self.data_parallel
+        )
         taken = step_unless_non_finite(self._step_undo, self.network, [self.optimizer], finite)
         self.skips.record(taken)
         if not taken:
@@ -210,14 +218,14 @@ class PQNLearner:
     # --- outside changes ------------------------------------------------------------------------
     def set_hyperparameters(self, values: dict[str, float]) -> None:
         """Use a new learning rate or Adam beta1 from the next SGD step (PBT)."""
-        unknown = set(values) - set(_HYPERPARAMETERS) - set(_NOT_APPLICABLE)
+        unknown = set(values) - set(HYPERPARAMETERS) - set(_NOT_APPLICABLE)
         if unknown:
             raise KeyError(
                 f"unknown learner hyperparameters {sorted(unknown)}; "
-                f"allowed: {sorted(_HYPERPARAMETERS + _NOT_APPLICABLE)}"
+                f"allowed: {sorted(HYPERPARAMETERS + _NOT_APPLICABLE)}"
             )
         self.hyperparameters.update(
-            {k: float(v) for k, v in values.items() if k in _HYPERPARAMETERS}
+            {k: float(v) for k, v in values.items() if k in HYPERPARAMETERS}
         )
         for group in self.optimizer.param_groups:
             group["betas"] = (self.hyperparameters["adam_beta1"], self.cfg.adam_beta2)

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from sampleforge.comms.messages import TrajectoryReady
+from sampleforge.learners.optimization import DataParallel
 
 
 class Trains(Protocol):
@@ -36,7 +37,16 @@ class Trains(Protocol):
     def device(self) -> torch.device: ...
 
     @property
-    def env_steps(self) -> int: ...
+    def env_steps(self) -> int:
+        """Env steps trained or staged (in a data-parallel run, every rank's)."""
+        ...
+
+    @env_steps.setter
+    def env_steps(self, value: int) -> None: ...
+
+    # The other ranks' learners of this policy in a data-parallel run (None: this one alone);
+    # the learner averages its gradients through it between backward and clipping.
+    data_parallel: DataParallel | None
 
     @property
     def policy_version(self) -> int: ...
@@ -97,8 +107,14 @@ class StagesData(Protocol):
         """Whether `take` has something to train on now."""
         ...
 
-    def take(self) -> Any:
-        """What the learner trains on next (stays staged until `consume`)."""
+    @property
+    def ready_items(self) -> int:
+        """How much `take` would hand over now: datasets (0 or 1) or replay batches."""
+        ...
+
+    def take(self, limit: int | None = None) -> Any:
+        """What the learner trains on next, at most `limit` items where items are batches
+        (stays staged until `consume`)."""
         ...
 
     def consume(self) -> None:

@@ -28,6 +28,7 @@ from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, Trajec
 from sampleforge.config import Config
 from sampleforge.config.algorithms import algorithm_family
 from sampleforge.config.ranges import learner_seed
+from sampleforge.learners import actor_critic, continuous_learner, pqn_learner, value_learner
 from sampleforge.learners.actor_critic import ActorCriticLearner, actor_critic_staging_bytes
 from sampleforge.learners.batcher import Batcher
 from sampleforge.learners.continuous_learner import ContinuousLearner
@@ -182,6 +183,21 @@ FAMILIES: dict[str, Callable[[Config, LearnerSite], LearnerParts]] = {
 def make_learner_parts(cfg: Config, site: LearnerSite) -> LearnerParts:
     """The learner, stager and gate of `cfg.algorithm`'s family, for the policy at `site`."""
     return FAMILIES[algorithm_family(cfg.algorithm)](cfg, site)
+
+
+# family name -> the hyperparameters its learner's `set_hyperparameters` changes (each learner
+# module declares its own), e.g. from the Python API between `train` calls
+HYPERPARAMETERS: dict[str, tuple[str, ...]] = {
+    "actor_critic": actor_critic.HYPERPARAMETERS,
+    "value_based": value_learner.HYPERPARAMETERS,
+    "pqn": pqn_learner.HYPERPARAMETERS,
+    "continuous_control": continuous_learner.HYPERPARAMETERS,
+}
+
+
+def learner_hyperparameters(algorithm: str) -> tuple[str, ...]:
+    """The names (`Config` fields) whose values `algorithm`'s learner can change during a run."""
+    return HYPERPARAMETERS[algorithm_family(algorithm)]
 
 
 # --- training probes: a family's learner alone, for timing its updates (`sampleforge bench`) ---

@@ -17,7 +17,7 @@ from typing import Callable, Protocol
 import torch
 
 from sampleforge.config import Config
-from sampleforge.learners.optimization import SkippedUpdates
+from sampleforge.learners.optimization import DataParallel, SkippedUpdates
 from sampleforge.learners.replay_stager import ReplayStager
 
 
@@ -46,6 +46,7 @@ class ReplayLearning:
         self.policy_version = 0
         self.updates = 0
         self.skips = SkippedUpdates(cfg.max_consecutive_skipped_updates)
+        self.data_parallel: DataParallel | None = None  # the other ranks (distributed runs)
 
     @property
     def device(self) -> torch.device:
@@ -54,6 +55,11 @@ class ReplayLearning:
     @property
     def env_steps(self) -> int:
         return self.stager.inserted_steps * self.frameskip
+
+    @env_steps.setter
+    def env_steps(self, value: int) -> None:
+        # A data-parallel run counts every rank's steps (learner_worker.py's rounds).
+        self.stager.inserted_steps = value // self.frameskip
 
     @property
     def sgd_steps_per_dataset(self) -> int:

@@ -127,11 +127,17 @@ class ReplayStager:
     def ready(self) -> bool:
         return self.sampler.num_ready > 0
 
-    def take(self) -> list[ReplayBatch]:
+    @property
+    def ready_items(self) -> int:
+        """Batches `take` would hand over now."""
+        return min(self.sampler.num_ready, self.batches_per_take)
+
+    def take(self, limit: int | None = None) -> list[ReplayBatch]:
         """The batches ready now (at least one: `ready()` said so), at most
-        `batches_per_take`."""
+        `batches_per_take` and `limit` (data-parallel ranks take as many as each other)."""
         if not self._taken:
-            self._taken = self.sampler.take_ready(self.batches_per_take)
+            most = self.batches_per_take if limit is None else min(limit, self.batches_per_take)
+            self._taken = self.sampler.take_ready(most)
         return self._taken
 
     def consume(self) -> None:

@@ -15,7 +15,6 @@ Must not: touch queues, processes or files; everything resumable is in `state_di
 from __future__ import annotations
 
 import copy
-import math
 from typing import Callable, cast
 
 import numpy as np
@@ -33,7 +32,8 @@ from sampleforge.algo.q_learning import (
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
 from sampleforge.learners.optimization import (
-    clip_gradients,
+    all_ranks,
+    average_and_clip,
     load_model,
     make_adam,
     polyak_update,
@@ -52,6 +52,10 @@ from sampleforge.models.q_heads import (
 )
 from sampleforge.models.q_network import QNetwork
 from sampleforge.models.q_policy import QPolicy
+
+# What `set_hyperparameters` changes (the Python API accepts exactly these names, through
+# learners/registry.py); other names are ignored.
+HYPERPARAMETERS = ("learning_rate",)
 
 
 class ValueLearner(ReplayLearning):
@@ -113,7 +117,7 @@ class ValueLearner(ReplayLearning):
         # Checked before the loss: the categorical projection turns a non-finite return or
         # discount into an out-of-range atom index (an IndexError, not a NaN loss to skip).
         targets = torch.cat([batch.returns, batch.discounts, batch.weights])
-        if not bool(torch.isfinite(targets).all()):
+        if not all_ranks(bool(torch.isfinite(targets).all()), self.data_parallel):
             self._step(False)
             return {"health/non_finite_updates": 1.0}
         self.network.update_normalizer(obs)
@@ -122,8 +126,10 @@ class ValueLearner(ReplayLearning):
         td = self._td_loss(batch, obs, next_obs)
         self.optimizer.zero_grad(set_to_none=True)
         td.loss.backward()
-        grad_norm = clip_gradients(self.network, self.cfg.max_grad_norm)
-        if not self._step(math.isfinite(td.loss.item()) and math.isfinite(grad_norm)):
+        grad_norm, finite = average_and_clip(
+            self.network, td.loss, self.cfg.max_grad_norm, self.data_parallel
+        )
+        if not self._step(finite):
             return {"health/non_finite_updates": 1.0}
         if self.cfg.prioritized_replay:
             self.stager.sampler.update_priorities(

@@ -209,15 +209,20 @@ def _one_line(item: object) -> str:
     return " ".join(str(item).split())
 
 
-def resolve_device(name: str) -> torch.device:
-    """The torch device of `--device` (auto: CUDA when torch sees one)."""
+def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
+    """The torch device of `--device` (auto: CUDA when torch sees one). `local_rank` (a
+    data-parallel rank's index on its machine) picks the GPU of a plain cuda or auto."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(
-            [
-                "--device cuda was asked for, but torch sees no CUDA device "
-                "(use --device cpu or auto)"
-            ]
-        )
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(name[5:]) if name.startswith("cuda:") else (local_rank or 0)
+        if index >= count:
+            raise ConfigError(
+                [
+                    f"--device {name} was asked for (GPU {index}), but torch sees "
+                    f"{count} CUDA device(s) (use --device cpu or auto)"
+                ]
+            )
+        return torch.device("cuda", index)
     return torch.device(name)

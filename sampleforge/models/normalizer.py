@@ -3,7 +3,9 @@
 Responsible for: keeping per-element running mean and variance of a stream of tensors as module
 buffers (so they are saved in ``state_dict`` and move with ``.to(device)``), merging new batches
 with the parallel-variance formula, normalising + clipping inputs, and mapping normalised values
-back (``denormalize``, used for the critic's output under ``normalize_returns``).
+back (``denormalize``, used for the critic's output under ``normalize_returns``). In a
+data-parallel run a ``moment_reducer`` merges each batch's moments with the other ranks' first,
+so every rank's statistics stay equal to one process's over all the data.
 
 Must not: decide *which* observations get normalised or *when* statistics are updated (the
 actor-critic and the learner decide that), and must not hold any optimiser state.
@@ -11,10 +13,12 @@ actor-critic and the learner decide that), and must not hold any optimiser state
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
+
+MomentReducer = Callable[[int, torch.Tensor, torch.Tensor], tuple[int, torch.Tensor, torch.Tensor]]
 
 
 class RunningMeanStd(nn.Module):
@@ -37,16 +41,23 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("var", torch.ones(self.shape, dtype=torch.float32))
         # An exact integer count: a float32 count silently stops growing after ~1e7 samples.
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+        # (n, mean, var) of a batch -> those of every rank's batch together (data-parallel
+        # training sets it: distributed/learner_group.py); None: this process's batch alone.
+        self.moment_reducer: MomentReducer | None = None
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         """Merge a batch into the statistics. x: [N, *shape] (any float/int dtype)."""
         x = x.reshape(-1, *self.shape).to(self.mean.dtype)
         n = x.shape[0]
-        if n == 0:
+        if n == 0 and self.moment_reducer is None:
             return
-        batch_mean = x.mean(dim=0)
-        batch_var = x.var(dim=0, unbiased=False)
+        batch_mean = x.mean(dim=0) if n else torch.zeros_like(self.mean)
+        batch_var = x.var(dim=0, unbiased=False) if n else torch.zeros_like(self.var)
+        if self.moment_reducer is not None:  # a collective: every rank calls it, even empty
+            n, batch_mean, batch_var = self.moment_reducer(n, batch_mean, batch_var)
+            if n == 0:
+                return
         # Chan et al. parallel merge, written with weight fractions rather than raw counts so
         # precision does not degrade as the total count grows.
         old = self.count.to(self.mean.dtype)

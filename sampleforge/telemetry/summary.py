@@ -50,9 +50,12 @@ class RunSummary:
       ``"train_for_env_steps"`` (step budget reached), ``"stop_at_mean_return"``
       (target return reached, by the training episodes or an evaluation: ``stop_on``),
       ``"train_for_seconds"`` (time budget reached), ``"interrupted"`` (signal or
-      Ctrl-C), ``"callback"`` (a training callback returned False).
+      Ctrl-C), ``"callback"`` (a training callback returned False), ``"another_rank"``
+      (data-parallel runs: another rank's run ended first).
     - ``best_eval_return``: highest mean return of an evaluation during training
       (``eval_every_env_steps``) in this run, or null if none finished.
+    - ``world_size``: the ranks of a data-parallel run (1: one machine's system alone);
+      env steps and fps count every rank's.
 
     Non-finite floats (NaN, inf) are written as null so the file stays strict JSON.
     """
@@ -66,6 +69,7 @@ class RunSummary:
     experiment: str
     stopped_because: str
     best_eval_return: float | None = None  # a default: summaries written before it still read
+    world_size: int = 1
 
 
 def write_summary(path: Path, summary: RunSummary) -> None:

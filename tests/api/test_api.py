@@ -176,7 +176,7 @@ def test_every_config_field_is_a_keyword_validated_like_the_cli(tmp_path):
         APPO("CartPole-v1", learning_rat=0.1, train_dir=str(tmp_path))
     with pytest.raises(ConfigError, match="algorithm: set by the class"):
         APPO("CartPole-v1", algorithm="a3c", train_dir=str(tmp_path))
-    with pytest.raises(ConfigError, match="policy_kwargs: unknown model setting 'layers'"):
+    with pytest.raises(ConfigError, match="policy_kwargs: unknown setting 'layers'"):
         APPO("CartPole-v1", policy_kwargs={"layers": 2}, train_dir=str(tmp_path))
     with pytest.raises(UnknownEnvError, match="CartPole-v1"):
         APPO("CartPol-v1", train_dir=str(tmp_path))

@@ -17,6 +17,7 @@ EXPECTED_KEYS = {
     "experiment",
     "stopped_because",
     "best_eval_return",
+    "world_size",
 }
 
 

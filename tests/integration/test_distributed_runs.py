@@ -1,0 +1,150 @@
+"""Data-parallel runs of 2 ranks on this machine (gloo on loopback), as users launch them.
+
+- A rank SIGKILLed mid-run: the other stops within 30 s with a one-line error that says a
+  peer left, and leaves no process behind.
+- Under `torchrun --max-restarts 1`, with 2 policies (two learner groups), a rank SIGKILLed
+  mid-run: the job restarts, resumes from the last checkpoint with its env steps and policy
+  version exact, and trains to the end without a deadlock; env steps count every rank's, and
+  rank 0 alone writes (one experiment folder, world_size 2 in summary.json, no scratch folder
+  left behind, one final report).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sampleforge.checkpoint import checkpoint_info
+from sampleforge.testing.local_ranks import free_port
+from sampleforge.testing.processes import descendants, gone_within
+
+pytestmark = pytest.mark.exclusive  # wall-clock bounds, and two whole systems on 2 cores
+
+SMALL = [
+    "--env", "CartPole-v1", "--num_workers", "1", "--num_envs_per_worker", "8",
+    "--distributed", "true", "--seed", "3", "--report_every_sec", "1",
+    "--distributed_timeout_sec", "20",
+]  # fmt: skip
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    # Scratch folders of ranks > 0 go to TMPDIR: the test sees whether they are cleaned up.
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    return {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1"}
+
+
+def _torchrun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", *args]
+
+
+def _rank_process(tmp_path: Path, rank: int, port: int, train_dir: Path) -> subprocess.Popen:
+    """One rank's `sampleforge train` with the environment torchrun would give it."""
+    env = {
+        **_env(tmp_path), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+    }  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "sampleforge", "train", *SMALL,
+         "--train_for_env_steps", "10000000", "--train_dir", str(train_dir)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def _wait_for_training(progress: Path, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if progress.exists() and len(progress.read_text().splitlines()) >= 3:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"no training progress in {progress} within {timeout:.0f} s")
+
+
+def test_a_rank_killed_stops_the_other_within_30_s_with_a_clear_error(tmp_path):
+    train_dir, port = tmp_path / "runs", free_port()
+    ranks = [_rank_process(tmp_path, r, port, train_dir) for r in (0, 1)]
+    try:
+        _wait_for_training(train_dir / "CartPole-v1" / "progress.csv")
+        survivors = {ranks[0].pid} | descendants(ranks[0].pid)
+        ranks[1].kill()
+        killed = time.monotonic()
+        _, err = ranks[0].communicate(timeout=30)
+        took = time.monotonic() - killed
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+    assert ranks[0].returncode == 1, err[-3000:]
+    assert took < 30
+    last = err.strip().splitlines()[-1]
+    assert "another rank's learner of policy 0 left the run" in last, err[-3000:]
+    assert gone_within(survivors, 10), "rank 0 left processes behind"
+
+
+def test_torchrun_restarts_a_killed_rank_and_the_job_resumes_exactly(tmp_path):
+    train_dir = tmp_path / "runs"
+    job = subprocess.Popen(
+        _torchrun("--nproc-per-node", "2", "--max-restarts", "1", "-m", "sampleforge", "train",
+                  *SMALL, "--num_policies", "2", "--train_for_env_steps", "24000",
+                  "--save_every_sec", "1", "--train_dir", str(train_dir)),
+        env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        checkpoints = train_dir / "CartPole-v1" / "checkpoints" / "p0"
+        deadline = time.monotonic() + 120
+        while not list(checkpoints.glob("*.pt")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list(checkpoints.glob("*.pt")), "no checkpoint before the kill"
+        runners = [p for p in descendants(job.pid) if _is_rank_runner(p, job.pid)]
+        victim = next(p for p in runners if _environ(p).get("RANK") == "1")
+        os.kill(victim, signal.SIGKILL)
+        out, _ = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 0, out[-4000:]
+    resumed = re.findall(
+        r"policy 0 resumed from (\S+) \(env steps (\d+), policy version (\d+)\)", out
+    )
+    assert resumed, out[-4000:]
+    path, env_steps, version = resumed[-1]
+    assert (int(version), int(env_steps)) == checkpoint_info(Path(path))
+    summary = json.loads((train_dir / "CartPole-v1" / "summary.json").read_text())
+    assert summary["env_steps"] >= 24000 and summary["world_size"] == 2
+    assert out.count("stopped because:") == 1, out[-4000:]  # rank 0 reports alone
+    assert [p.name for p in train_dir.iterdir()] == ["CartPole-v1"]
+    assert not list((tmp_path / "tmp").glob("sampleforge_rank*"))  # rank 1's scratch is gone
+    for p in (0, 1):
+        assert list((train_dir / "CartPole-v1" / "checkpoints" / f"p{p}").glob("*.pt"))
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(
+        item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item
+    )
+
+
+def _is_rank_runner(pid: int, launcher: int) -> bool:
+    """A rank's own process (the runner): the launcher's agent's child with a RANK."""
+    try:
+        parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError):
+        return False
+    return (
+        "RANK" in _environ(pid)
+        and parent in ({launcher} | descendants(launcher))
+        and ("RANK" not in _environ(parent))
+    )
