@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("learners",),  # each algorithm family's learner, stager and gate; their registry
     ("components",),  # the processes and the runner that wires them
     ("bench", "api", "testing"),  # what users call: benchmarks, the Python API, test envs
+    ("tune",),  # searches and populations on Ray Tune: trials that drive the API
     ("cli", "__main__"),  # the command line (`python -m sampleforge` too)
 ]
 RANK = {folder: rank for rank, folders in enumerate(LAYERS) for folder in folders}

@@ -6,6 +6,7 @@
     sampleforge eval --experiment CartPole-v1 --eval_episodes 100
     sampleforge plot CartPole-v1 --output curves.png
     sampleforge export --experiment CartPole-v1 --format onnx
+    sampleforge tune --env CartPole-v1 --search pbt --mutate learning_rate=1e-5:1e-2
 
 Each subcommand module has `HELP`, `add_arguments(parser)` and `run(args) -> exit code`.
 Exit codes: 0 done, 1 a component failed, 2 bad input, 130 Ctrl-C, 143 SIGTERM.
@@ -22,7 +23,7 @@ from typing import Sequence
 # import would otherwise end the command with a raw traceback or a half-imported module.
 from sampleforge.cli.signals import early_exit_code, record_early_signals
 
-SUBCOMMANDS = ("train", "enjoy", "eval", "plot", "export", "bench")
+SUBCOMMANDS = ("train", "enjoy", "eval", "plot", "export", "bench", "tune")
 
 
 def build_parser() -> argparse.ArgumentParser:

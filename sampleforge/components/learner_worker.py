@@ -6,6 +6,11 @@ shell receives finished trajectories, lets the stager stage them, trains when it
 publishes the weights after every SGD step (`SharedPolicyWeights`), reports statistics, and
 writes checkpoints when the runner asks.
 
+Staging overlaps training: after every SGD step the worker stages the trajectories that have
+arrived meanwhile (into the batcher's back area, or the replay), so their slots go back to the
+rollout workers at once and the next dataset is ready when this one is done; commands that
+arrive meanwhile are acted on after the dataset.
+
 Back-pressure (the gate): after every SGD step, and whenever it is idle, the learner tells
 rollout workers how many trajectory slots may be on their way to it, so a slow learner gets
 fresh data instead of a growing backlog and no sample is dropped for being stale.
@@ -146,6 +151,7 @@ class LearnerWorker:
         self._arrived: deque[TrajectoryReady] = deque()
         self._reported_env_steps = self.learner.env_steps
         self._trained = False  # since this process started
+        self._deferred: list = []  # commands that arrived during a dataset's training
         # Data-parallel rounds: what this worker was told, and what the ranks agreed.
         self._stopping = False  # the runner sent Stop
         self._resumed_once = False  # the runner has begun training at least once
@@ -184,7 +190,8 @@ class LearnerWorker:
     def poll(self, timeout: float) -> None:
         """Stage arrived trajectories and handle commands; train whenever a dataset is complete."""
         busy = not self.paused and (bool(self._arrived) or self.stager.ready())
-        for msg in receive(self.inbox, 0.0 if busy else timeout):
+        deferred, self._deferred = self._deferred, []
+        for msg in deferred + receive(self.inbox, 0.0 if busy else timeout):
             self._handle(msg)
         if not self.running:
             return  # stopping: don't start another training iteration
@@ -261,12 +268,14 @@ class LearnerWorker:
             "learner": self.learner.state_dict(),
             "stager": self.stager.state_dict(),
             "arrived": list(self._arrived),
+            "deferred": list(self._deferred),
         }
 
     def restore_state(self, state: dict) -> None:
         self.learner.load_state_dict(state["learner"])
         self.stager.load_state_dict(state["stager"])
         self._arrived = deque(state["arrived"])
+        self._deferred = list(state.get("deferred", []))
 
     def _handle(self, msg) -> None:
         if isinstance(msg, TrajectoryReady):
@@ -363,7 +372,19 @@ class LearnerWorker:
     def _on_sgd_step(self) -> None:
         self._publish()
         self.gate.sgd_step_done()
+        self._stage_arrivals()
         self._gate_sampling()
+
+    def _stage_arrivals(self) -> None:
+        """Between SGD steps: stage what arrived; keep commands for after the dataset."""
+        for msg in receive(self.inbox, 0.0):
+            if isinstance(msg, TrajectoryReady):
+                self._arrived.append(msg)
+            else:
+                self._deferred.append(msg)
+        while self._arrived and self.stager.has_room():
+            self.stager.add(self._arrived.popleft())
+        self.stager.return_slots()
 
     def _gate_sampling(self) -> None:
         self.gate.update(self.stager.filled)

@@ -19,7 +19,9 @@ envs once all have answered. A finished rollout goes to the learner of every tra
 acted in it, with the rows it played; frozen opponents' rows go nowhere.
 
 For the supervisor it records which slots it owns and a heartbeat in the `SamplerLedger`, and
-stamps its requests with its generation, so that a replacement can take over cleanly.
+stamps its requests with its generation, so that a replacement can take over cleanly. Given a
+`cpu_core` (`worker_cpu_affinity`), it pins itself to that core as it starts
+(`comms/cpu_affinity.py`).
 
 Must not: import models or learning code, or block on anything but its inbox.
 """
@@ -37,6 +39,7 @@ from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.step_validity import Excluded, exclude
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
+from sampleforge.comms.cpu_affinity import pin_to_core
 from sampleforge.comms.messages import (
     ActionsReady,
     EpisodesFinished,
@@ -106,7 +109,12 @@ class RolloutWorker:
         generation: int = 0,
         policy_mapping: PolicyMapping | None = None,
         reward_shaping: dict[int, dict[str, float]] | None = None,
+        cpu_core: int | None = None,
     ):
+        if cpu_core is not None:
+            # First thing, before any env exists: what the envs start (helper processes, an
+            # EnvPool's threads, sized from the cores it may use) stays on this core too.
+            pin_to_core(cpu_core)
         self.name = f"rollout_worker_{worker_index}"
         self.worker_index = worker_index
         self.generation = generation

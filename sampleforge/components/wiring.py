@@ -36,6 +36,7 @@ from sampleforge.buffers.trajectory_buffer import (
 )
 from sampleforge.checkpoint.experiment_dir import ExperimentDir
 from sampleforge.comms.component_process import releasables_in
+from sampleforge.comms.cpu_affinity import rollout_worker_core, usable_cores
 from sampleforge.comms.doorbell_queue import DoorbellQueue
 from sampleforge.comms.hosts import ComponentSpec
 from sampleforge.comms.messages import LoadWeights, Pause, Resume
@@ -232,7 +233,9 @@ def wire(
     for p in acting:
         for i in range(cfg.num_inference_workers):
             wiring.specs.append(_inference_spec(cfg, p, i, env, device, wiring))
-    wiring.rollout_worker_spec = functools.partial(_rollout_spec, cfg, env_spec, env, wiring)
+    wiring.rollout_worker_spec = functools.partial(
+        _rollout_spec, cfg, env_spec, env, wiring, rollout_worker_cores(cfg, rank)
+    )
     for w in range(cfg.num_workers):
         wiring.specs.append(wiring.rollout_worker_spec(w, 0))
     if cfg.eval_every_env_steps is not None:
@@ -313,11 +316,32 @@ def _inference_spec(
     )
 
 
+def rollout_worker_cores(cfg: Config, rank: TorchrunRank | None = None) -> list[int] | None:
+    """The core of each rollout worker (`worker_cpu_affinity`), or None: unpinned.
+
+    Chosen once, here in the runner, from the cores the runner may use; every generation of a
+    worker is built from this list, so a replacement gets its predecessor's core. Serial mode
+    runs the workers in the runner's own process, which must not be pinned. The ranks of a
+    data-parallel run on one node start at different cores.
+    """
+    if not cfg.worker_cpu_affinity or cfg.serial_mode:
+        return None
+    cores = usable_cores()
+    first = 0 if rank is None else rank.local_rank * cfg.num_workers
+    return [rollout_worker_core(w, cores, first) for w in range(cfg.num_workers)]
+
+
 def _rollout_spec(
-    cfg: Config, env_spec: EnvSpec, env: EnvInfo, wiring: Wiring, w: int, generation: int
+    cfg: Config,
+    env_spec: EnvSpec,
+    env: EnvInfo,
+    wiring: Wiring,
+    cores: list[int] | None,
+    w: int,
+    generation: int,
 ) -> ComponentSpec:
     """Rollout worker `w` of `generation`: a replacement gets a fresh inbox, never the one of
-    the worker it replaces."""
+    the worker it replaces, and the core of the one it replaces (`cores[w]`)."""
     endpoints = RolloutEndpoints(
         buffer=wiring.buffer,
         inbox=wiring.rollout_inboxes[w][generation],
@@ -342,6 +366,7 @@ def _rollout_spec(
             max_consecutive_env_faults=cfg.max_consecutive_env_faults,
             generation=generation,
             policy_mapping=policy_mapping(cfg),
+            cpu_core=None if cores is None else cores[w],
         ),
         control_queue=endpoints.inbox,
         kind="rollout_worker",

@@ -187,6 +187,13 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
         2, "Groups the worker's envs are split into; 2 gives double-buffered sampling.", "sampling"
     )
     num_inference_workers: int = option(1, "Inference worker processes per policy.", "sampling")
+    worker_cpu_affinity: bool = option(
+        False,
+        "Pin each rollout worker process to one core, round-robin over the cores this run may "
+        "use (a replacement keeps its core); the learner and inference workers float (paper, "
+        "appendix). Linux only.",
+        "sampling",
+    )
     rollout: int = option(
         32, "Trajectory length T: env steps per trajectory sent to the learner.", "sampling"
     )

@@ -15,6 +15,7 @@ import types
 import typing
 from typing import Any, Callable, Iterable, Mapping
 
+from sampleforge.comms.cpu_affinity import affinity_supported
 from sampleforge.config.algorithms import ALGORITHM_FAMILIES, FamilyName, family_algorithms
 from sampleforge.config.ranges import FLOAT32_MAX, config_hints, float_problems, seed_problems
 from sampleforge.config.schema import Config, config_fields
@@ -347,6 +348,16 @@ def cross_field_problems(cfg: Config) -> list[str]:
     if cfg.with_pbt and cfg.num_policies < 2:
         problems.append(
             f"with_pbt needs a population: num_policies ({cfg.num_policies}) must be >= 2"
+        )
+    if cfg.worker_cpu_affinity and not affinity_supported():
+        problems.append(
+            "worker_cpu_affinity true needs os.sched_setaffinity, which this platform lacks "
+            "(Linux only): leave it false"
+        )
+    elif cfg.worker_cpu_affinity and cfg.serial_mode:
+        problems.append(
+            "worker_cpu_affinity true pins rollout worker processes, and serial_mode true runs "
+            "none: set one of them false"
         )
     problems += _policy_mapping_problems(cfg)
     problems += _algorithm_problems(cfg)

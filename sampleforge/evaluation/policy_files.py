@@ -60,6 +60,11 @@ MACHINE_LOCAL_SETTINGS = (
     "num_workers",
     "num_inference_workers",
     "learner_torch_threads",
+    "worker_cpu_affinity",
+    # how many machines, and how they met (a model trained under torchrun loads anywhere)
+    "distributed",
+    "sync_fraction",
+    "distributed_timeout_sec",
     # the user's accounts
     "with_wandb",
     "wandb_project",

@@ -74,12 +74,12 @@ def trains_on_samples(cfg: Config) -> bool:
 
 
 def actor_critic_staging_bytes(cfg: Config, layout: TrajectoryLayout) -> int:
-    """What one learner allocates for its data: the batcher's staging area, and the copies
-    made of a dataset and of a minibatch."""
+    """What one learner allocates for its data: the batcher's two staging areas, and the
+    copies made of a dataset and of a minibatch."""
     per_step = layout.step_bytes()
     steps = layout.rollout + 1
     trajectories = cfg.dataset_size // cfg.rollout
-    staging = (trajectories + layout.rows_per_slot) * steps * per_step
+    staging = 2 * (trajectories + 2 * layout.rows_per_slot) * steps * per_step
     if not trains_on_samples(cfg):
         return staging + (cfg.batch_size // cfg.rollout) * steps * per_step
     # A sample (`batcher.Samples`) holds a step's observation, action, version and policy, and

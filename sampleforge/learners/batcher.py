@@ -5,9 +5,9 @@ from each finished slot into a staging tensor on the learner's device (`[T + 1, 
 ...]`, time-major as the loss functions want it) and releases the slot at once (the last
 reader gives it back, see `SamplerLedger`), so rollout workers are never held up by
 training. Steps another policy played in a copied row (before or after an episode boundary) are
-marked invalid, so a learner only ever trains on its own policy's samples. When the staging area
-holds a dataset's worth of trajectories the learner takes it; rows beyond that wait for the next
-dataset.
+marked invalid, so a learner only ever trains on its own policy's samples. When the front staging
+area holds a dataset's worth of trajectories the learner takes it; rows beyond that, and those
+that finish while it trains, go to the back area, the next dataset.
 
 Must not: compute anything about RL; it only moves data.
 """
@@ -109,8 +109,37 @@ _PLAIN_FIELDS = (
 )
 
 
+class _StagingArea:
+    """One dataset's room on the learner's device: `[T + 1, capacity, ...]` per field, the
+    first `filled` trajectories staged."""
+
+    def __init__(self, buffer: SharedTrajectoryBuffer, capacity: int, device: torch.device):
+        self.tensors = {
+            name: torch.empty((t.shape[1], capacity, *t.shape[3:]), dtype=t.dtype, device=device)
+            for name, t in buffer.fields().items()
+        }
+        self.filled = 0
+
+    def append(self, rows: dict[str, torch.Tensor]) -> tuple[int, int]:
+        """Copy `[T + 1, n, ...]` rows in after the staged ones; returns where they went."""
+        start = self.filled
+        end = start
+        for name, part in rows.items():
+            end = start + part.shape[1]
+            self.tensors[name][:, start:end].copy_(part, non_blocking=True)
+        self.filled = end
+        return start, end
+
+    def rows(self, start: int, end: int) -> dict[str, torch.Tensor]:
+        return {name: t[:, start:end] for name, t in self.tensors.items()}
+
+
 class Batcher:
-    """Copies finished slots into a device-side staging area; see the module docstring."""
+    """Copies finished slots into device-side staging areas; see the module docstring.
+
+    Two areas (double buffering): while the learner trains on the front one's dataset, slots
+    that finish meanwhile are staged into the back one (the learner worker stages between SGD
+    steps), so the next dataset is ready, and their slots free, when this one is done."""
 
     def __init__(
         self,
@@ -124,31 +153,34 @@ class Batcher:
         self.slots = slots
         self.policy_id = policy_id
         self.dataset_trajectories = dataset_trajectories
-        capacity = dataset_trajectories + buffer.layout.rows_per_slot
-        self._staging = {
-            name: self._staging_like(tensor, capacity, device)
-            for name, tensor in buffer.fields().items()
-        }
-        self.filled = 0
+        # Room for a dataset, a slot that overflows it, and the overflow of the other area.
+        capacity = dataset_trajectories + 2 * buffer.layout.rows_per_slot
+        self._front = _StagingArea(buffer, capacity, device)
+        self._back = _StagingArea(buffer, capacity, device)
         self._to_return: list[int] = []  # copied by us; waiting for the other readers
 
-    @staticmethod
-    def _staging_like(tensor: torch.Tensor, capacity: int, device: torch.device) -> torch.Tensor:
-        _, steps, _, *rest = tensor.shape
-        return torch.empty((steps, capacity, *rest), dtype=tensor.dtype, device=device)
+    def staging_tensors(self) -> list[torch.Tensor]:
+        """Every tensor of both staging areas (what the batcher allocates)."""
+        return [t for area in (self._front, self._back) for t in area.tensors.values()]
+
+    @property
+    def filled(self) -> int:
+        """Trajectories staged and not yet trained on (both areas)."""
+        return self._front.filled + self._back.filled
 
     def add(self, msg: TrajectoryReady) -> None:
-        """Copy this policy's rows of a finished slot in and release the slot."""
+        """Copy this policy's rows of a finished slot in and release the slot: into the front
+        area until it holds a dataset, then into the back one."""
         rows = None if msg.rows is None else torch.tensor(msg.rows, dtype=torch.long)
-        start = self.filled
-        for name, tensor in self.buffer.fields().items():
-            part = tensor[msg.slot] if rows is None else tensor[msg.slot].index_select(1, rows)
-            end = start + part.shape[1]
-            self._staging[name][:, start:end].copy_(part, non_blocking=True)
-        self.filled = end
+        parts = {
+            name: tensor[msg.slot] if rows is None else tensor[msg.slot].index_select(1, rows)
+            for name, tensor in self.buffer.fields().items()
+        }
+        area = self._back if self.ready() else self._front
+        start, end = area.append(parts)
         # A row may have changed policy at an episode boundary: train only on our own steps.
-        valids = self._staging["valids"][:, start:end]
-        valids.copy_(trainable(valids, self._staging["policy_ids"][:, start:end], self.policy_id))
+        valids = area.tensors["valids"][:, start:end]
+        valids.copy_(trainable(valids, area.tensors["policy_ids"][:, start:end], self.policy_id))
         self.slots.copied(msg.slot, self.policy_id)
         if msg.returns_slot:
             self._to_return.append(msg.slot)
@@ -160,21 +192,30 @@ class Batcher:
             self._to_return = self.slots.release_copied(self._to_return)
 
     def state_dict(self) -> dict:
-        """The staged rows (an exact resume in serial mode)."""
+        """The staged rows, oldest first (an exact resume in serial mode)."""
+        staged = [area.rows(0, area.filled) for area in (self._front, self._back) if area.filled]
         return {
-            "staging": {k: v[:, : self.filled].clone() for k, v in self._staging.items()},
+            "staging": {
+                name: torch.cat([rows[name] for rows in staged], dim=1).clone()
+                for name in self._front.tensors
+            }
+            if staged
+            else {name: t[:, :0].clone() for name, t in self._front.tensors.items()},
             "filled": self.filled,
             "to_return": list(self._to_return),
         }
 
     def load_state_dict(self, state: dict) -> None:
-        self.filled = state["filled"]
         self._to_return = list(state["to_return"])
-        for name, rows in state["staging"].items():
-            self._staging[name][:, : self.filled].copy_(rows)
+        self._front.filled = self._back.filled = 0
+        staged, d = state["staging"], self.dataset_trajectories
+        total = int(state["filled"])
+        self._front.append({name: rows[:, : min(total, d)] for name, rows in staged.items()})
+        if total > d:
+            self._back.append({name: rows[:, d:total] for name, rows in staged.items()})
 
     def ready(self) -> bool:
-        return self.filled >= self.dataset_trajectories
+        return self._front.filled >= self.dataset_trajectories
 
     @property
     def ready_items(self) -> int:
@@ -182,9 +223,9 @@ class Batcher:
         return int(self.ready())
 
     def has_room(self) -> bool:
-        """Rows beyond the next dataset wait in the inbox (the slots stay the sampler's
+        """Rows beyond the next two datasets wait in the inbox (the slots stay the sampler's
         back-pressure)."""
-        return not self.ready()
+        return not self.ready() or self._back.filled < self.dataset_trajectories
 
     def close(self) -> None:
         pass
@@ -201,15 +242,15 @@ class Batcher:
     def take(self, limit: int | None = None) -> Dataset:
         """The oldest complete dataset (one item, whatever `limit`). Valid until `consume()`
         is called."""
-        d = self.dataset_trajectories
-        view = {name: tensor[:, :d] for name, tensor in self._staging.items()}
+        view = self._front.rows(0, self.dataset_trajectories)
         obs = {name.removeprefix("obs."): t for name, t in view.items() if name.startswith("obs.")}
         return Dataset(obs=obs, **{name: view[name] for name in _PLAIN_FIELDS})
 
     def consume(self) -> None:
-        """Drop the dataset returned by `take`, keeping any rows that arrived beyond it."""
-        d, extra = self.dataset_trajectories, self.filled - self.dataset_trajectories
-        if extra > 0:
-            for tensor in self._staging.values():
-                tensor[:, :extra] = tensor[:, d : d + extra].clone()
-        self.filled = max(extra, 0)
+        """Drop the dataset returned by `take`; the back area, with the rows that arrived
+        beyond the dataset, becomes the front."""
+        d, front = self.dataset_trajectories, self._front
+        if front.filled > d:
+            self._back.append(front.rows(d, front.filled))
+        front.filled = 0
+        self._front, self._back = self._back, front

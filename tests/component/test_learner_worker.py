@@ -184,3 +184,33 @@ def test_a_checkpoint_of_a_non_finite_model_is_refused_and_nothing_is_written(le
         learner.run([SaveCheckpoint(final=True, mean_return=None)])
     assert {f.name: f.read_bytes() for f in learner.checkpoint_dir.iterdir()} == written
     assert not [r for r in receive(learner.reports, 0.05) if isinstance(r, CheckpointSaved)]
+
+
+def test_trajectories_arriving_during_training_are_staged_and_their_slots_freed_at_once(
+    learner,
+):
+    """Staging overlaps SGD: the next dataset's slots, arriving while one trains, are copied
+    (into the batcher's back area) and given back before that training ends; a command that
+    arrives meanwhile waits for the dataset's end."""
+    first, second = learner.a_dataset(), learner.a_dataset()
+    receive(learner.reports, 0.1)
+    real_train, seen = learner.worker.learner.train, {}
+
+    def train(data, on_sgd_step):
+        if seen:  # the second dataset trains as usual
+            return real_train(data, on_sgd_step)
+        send_many(learner.inbox, [*second, SaveCheckpoint(final=False)])
+        stats = real_train(data, on_sgd_step)
+        seen["freed"] = sorted(receive(learner.free, 0.1))
+        seen["reports"] = receive(learner.reports, 0.05)
+        return stats
+
+    learner.worker.learner.train = train
+    learner.run([Resume(), *first], polls=1)
+    assert seen["freed"] == sorted(m.slot for m in first + second)
+    assert not [r for r in seen["reports"] if isinstance(r, CheckpointSaved)]
+    assert learner.worker.stager.ready()  # the second dataset, staged during the first
+    reports = learner.run([], polls=2)
+    assert [r for r in reports if isinstance(r, CheckpointSaved)]
+    trained = [r for r in reports if isinstance(r, TrainingReport)]
+    assert trained and trained[-1].env_steps == 2 * learner.cfg.dataset_size

@@ -55,8 +55,8 @@ def test_the_estimate_counts_the_bytes_the_buffers_and_the_learner_allocate(over
 
     # Slots are only needed to release copied ones; nothing is copied here.
     batcher = Batcher(buffer, None, cfg.dataset_size // cfg.rollout, CPU)
-    staging = sum(t.nbytes for t in batcher._staging.values())
-    for tensor in batcher._staging.values():
+    staging = sum(t.nbytes for t in batcher.staging_tensors())
+    for tensor in batcher.staging_tensors():
         tensor.zero_()  # valid actions and versions instead of the poison
     learner = ActorCriticLearner(cfg, env.observation_space, env.action_space, CPU)
     data = batcher.take()
