@@ -1,12 +1,14 @@
 """Data-parallel runs of 2 ranks on this machine (gloo on loopback), as users launch them.
 
-- A rank SIGKILLed mid-run: the other stops within 30 s with a one-line error that says a
-  peer left, and leaves no process behind.
-- Under `torchrun --max-restarts 1`, with 2 policies (two learner groups), a rank SIGKILLed
-  mid-run: the job restarts, resumes from the last checkpoint with its env steps and policy
-  version exact, and trains to the end without a deadlock; env steps count every rank's, and
-  rank 0 alone writes (one experiment folder, world_size 2 in summary.json, no scratch folder
-  left behind, one final report).
+- With 2 policies (two learner groups, no deadlock while they train), a rank SIGKILLed
+  mid-run: the other stops within 30 s with a one-line error that says a peer left, and
+  leaves no process behind.
+- Under `torchrun --max-restarts 1`, with 2 policies, a rank SIGKILLed mid-run: the job
+  restarts, resumes from the last checkpoint with its env steps and policy version exact, and
+  trains to the end; env steps count every rank's, and rank 0 alone writes (one experiment
+  folder, world_size 2 in summary.json, no scratch folder left behind, one final report).
+  A benchmark (a minute of two whole systems restarting on 2 cores does not fit CI):
+  `pytest -m benchmark tests/integration/test_distributed_runs.py`.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,44 +39,56 @@ SMALL = [
 ]  # fmt: skip
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    # Scratch folders of ranks > 0 go to TMPDIR: the test sees whether they are cleaned up.
-    (tmp_path / "tmp").mkdir(exist_ok=True)
-    return {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "OMP_NUM_THREADS": "1"}
+@pytest.fixture
+def scratch():
+    """The ranks' TMPDIR, where ranks > 0 keep their scratch folders: the test sees whether
+    they are cleaned up. A short path: multiprocessing puts its socket there (108 bytes)."""
+    path = Path(tempfile.mkdtemp(prefix="sfdp", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _env(scratch: Path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(scratch), "OMP_NUM_THREADS": "1"}
 
 
 def _torchrun(*args: str) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", *args]
 
 
-def _rank_process(tmp_path: Path, rank: int, port: int, train_dir: Path) -> subprocess.Popen:
+def _rank_process(scratch: Path, rank: int, port: int, train_dir: Path) -> subprocess.Popen:
     """One rank's `sampleforge train` with the environment torchrun would give it."""
     env = {
-        **_env(tmp_path), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+        **_env(scratch), "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
     }  # fmt: skip
     return subprocess.Popen(
-        [sys.executable, "-m", "sampleforge", "train", *SMALL,
+        [sys.executable, "-m", "sampleforge", "train", *SMALL, "--num_policies", "2",
          "--train_for_env_steps", "10000000", "--train_dir", str(train_dir)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
 
 
-def _wait_for_training(progress: Path, timeout: float = 120.0) -> None:
+def _wait_for_training(
+    progress: Path, ranks: list[subprocess.Popen], timeout: float = 120.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if progress.exists() and len(progress.read_text().splitlines()) >= 3:
             return
+        for rank in ranks:
+            if rank.poll() is not None:
+                raise AssertionError(f"a rank exited early:\n{rank.communicate()[1][-3000:]}")
         time.sleep(0.2)
     raise AssertionError(f"no training progress in {progress} within {timeout:.0f} s")
 
 
-def test_a_rank_killed_stops_the_other_within_30_s_with_a_clear_error(tmp_path):
+def test_a_rank_killed_stops_the_other_within_30_s_with_a_clear_error(tmp_path, scratch):
     train_dir, port = tmp_path / "runs", free_port()
-    ranks = [_rank_process(tmp_path, r, port, train_dir) for r in (0, 1)]
+    ranks = [_rank_process(scratch, r, port, train_dir) for r in (0, 1)]
     try:
-        _wait_for_training(train_dir / "CartPole-v1" / "progress.csv")
+        _wait_for_training(train_dir / "CartPole-v1" / "progress.csv", ranks)
         survivors = {ranks[0].pid} | descendants(ranks[0].pid)
         ranks[1].kill()
         killed = time.monotonic()
@@ -89,13 +105,14 @@ def test_a_rank_killed_stops_the_other_within_30_s_with_a_clear_error(tmp_path):
     assert gone_within(survivors, 10), "rank 0 left processes behind"
 
 
-def test_torchrun_restarts_a_killed_rank_and_the_job_resumes_exactly(tmp_path):
+@pytest.mark.benchmark
+def test_torchrun_restarts_a_killed_rank_and_the_job_resumes_exactly(tmp_path, scratch):
     train_dir = tmp_path / "runs"
     job = subprocess.Popen(
         _torchrun("--nproc-per-node", "2", "--max-restarts", "1", "-m", "sampleforge", "train",
                   *SMALL, "--num_policies", "2", "--train_for_env_steps", "24000",
                   "--save_every_sec", "1", "--train_dir", str(train_dir)),
-        env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=_env(scratch), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )  # fmt: skip
     try:
@@ -122,7 +139,7 @@ def test_torchrun_restarts_a_killed_rank_and_the_job_resumes_exactly(tmp_path):
     assert summary["env_steps"] >= 24000 and summary["world_size"] == 2
     assert out.count("stopped because:") == 1, out[-4000:]  # rank 0 reports alone
     assert [p.name for p in train_dir.iterdir()] == ["CartPole-v1"]
-    assert not list((tmp_path / "tmp").glob("sampleforge_rank*"))  # rank 1's scratch is gone
+    assert not list(scratch.glob("sampleforge_rank*"))  # rank 1's scratch folder is gone
     for p in (0, 1):
         assert list((train_dir / "CartPole-v1" / "checkpoints" / f"p{p}").glob("*.pt"))
 
