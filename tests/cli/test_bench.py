@@ -27,7 +27,7 @@ SMALL = [
     "--warmup",
     "2",
     "--duration",
-    "5",
+    "3",
 ]
 
 
