@@ -27,6 +27,8 @@ import shutil
 import time
 from typing import cast
 
+import torch.distributed as dist
+
 from sampleforge.checkpoint.experiment_dir import lock_experiment, prepare_experiment
 from sampleforge.checkpoint.serial_snapshot import (
     SNAPSHOT_FILENAME,
@@ -123,6 +125,8 @@ class Runner:
         validate_config(cfg)
         self.rank = _data_parallel_rank(cfg)
         self._scratch: str | None = None  # a rank > 0's private train_dir
+        # Rank 0 (or a run of one) logs, checkpoints and writes the summary for every rank.
+        self._writes = self.rank is None or self.rank.is_main
         if self.rank is not None:
             if not self.rank.is_main:
                 self._scratch = scratch_dir(self.rank)
@@ -162,16 +166,11 @@ class Runner:
         self._train_call = (0, time.monotonic())  # (env steps, time) when `train` began
         self._another_rank_finished = False  # data-parallel runs end on every rank at once
         # Rank 0 serves the store every rank's learners meet at (before any of them starts).
-        self._store = (
-            None
-            if self.rank is None
-            else self.rank.open_store(cfg.distributed_timeout_sec, serve=True)
-        )
-        self._episodes = (
-            None
-            if self._store is None or self.rank is None
-            else EpisodeExchange(self._store, self.rank)
-        )
+        self._store: dist.TCPStore | None = None
+        self._episodes: EpisodeExchange | None = None
+        if self.rank is not None:
+            self._store = self.rank.open_store(cfg.distributed_timeout_sec, serve=True)
+            self._episodes = EpisodeExchange(self._store, self.rank)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -234,8 +233,8 @@ class Runner:
         self.host.poll(0.0 if serial else wait_for_exits)
         for msg in receive(self.wiring.report_queue, 0.0 if serial else wait_for_reports):
             self._on_report(msg)
-        if self._episodes is not None and self.rank is not None and self.rank.is_main:
-            for msg in self._episodes.receive():  # the other ranks' episodes count here too
+        if self._episodes is not None:
+            for msg in self._episodes.receive():  # rank 0: the other ranks' episodes count too
                 self._on_report(msg)
         self._check_processes()
 
@@ -394,8 +393,8 @@ class Runner:
         if self.progress.record(msg):  # statistics; some also concern the population
             if isinstance(msg, EpisodesFinished):
                 self.population.on_episodes(msg)
-                if self._episodes is not None and self.rank is not None and not self.rank.is_main:
-                    self._episodes.send(msg)
+                if self._episodes is not None:
+                    self._episodes.send(msg)  # ranks > 0: to rank 0, which reports them
             elif isinstance(msg, TrainingReport):
                 self.population.on_training(msg)
             elif isinstance(msg, LearnerReady):
@@ -456,7 +455,7 @@ class Runner:
         self.wiring.send_to_learner(policy_id, [SetHyperparameters(dict(values))])
 
     def _request_checkpoint(self, final: bool, score: bool = True) -> None:
-        if self.rank is not None and not self.rank.is_main:
+        if not self._writes:
             return  # rank 0 checkpoints the (identical) state of every rank
         self.population.save()
         for p, inbox in self.wiring.learner_inboxes.items():
@@ -467,7 +466,7 @@ class Runner:
     def _save_checkpoint(self, final: bool, score: bool = True) -> None:
         """Ask every learner for a checkpoint and wait until they are written."""
         self._final_checkpoints = {}
-        if self.rank is not None and not self.rank.is_main:
+        if not self._writes:
             return
         self._request_checkpoint(final, score)
         self._pump_until(
@@ -500,7 +499,7 @@ class Runner:
 
     # --- reporting ------------------------------------------------------------------------------
     def _report_status(self, bar, target: int) -> None:
-        if self.rank is not None and not self.rank.is_main:
+        if not self._writes:
             return  # rank 0 logs for every rank
         p = self.progress
         scalars = {**p.scalars(), **self.supervisor.health_metrics(), **self.population.scalars()}

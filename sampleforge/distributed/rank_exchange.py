@@ -29,14 +29,19 @@ class EpisodeExchange:
         self._taken = [0] * rank.world_size  # rank 0: batches taken in from each rank
 
     def send(self, msg: EpisodesFinished) -> None:
-        """Rank > 0: hand a batch to rank 0."""
+        """Hand a batch to rank 0 (rank 0's own are already there: nothing to do)."""
+        if self.rank == 0:
+            return
         self._store.set(f"{self.rank}/{self._sent}", base64.b64encode(pickle.dumps(msg)).decode())
         self._sent += 1
         self._store.add(f"{self.rank}/sent", 1)
 
     def receive(self) -> list[EpisodesFinished]:
-        """Rank 0: the batches the other ranks sent since the last call, rank by rank."""
-        batches = []
+        """Rank 0: the batches the other ranks sent since the last call, rank by rank (other
+        ranks receive nothing)."""
+        batches: list[EpisodesFinished] = []
+        if self.rank != 0:
+            return batches
         for rank in range(1, self.world_size):
             sent = self._store.add(f"{rank}/sent", 0)
             for n in range(self._taken[rank], sent):

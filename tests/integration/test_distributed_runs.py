@@ -101,7 +101,8 @@ def test_a_rank_killed_stops_the_other_within_30_s_with_a_clear_error(tmp_path, 
     assert ranks[0].returncode == 1, err[-3000:]
     assert took < 30
     last = err.strip().splitlines()[-1]
-    assert "another rank's learner of policy 0 left the run" in last, err[-3000:]
+    # Either policy's learner may be the first to find its peer gone.
+    assert re.search(r"another rank's learner of policy [01] left the run", last), err[-3000:]
     assert gone_within(survivors, 10), "rank 0 left processes behind"
 
 
