@@ -128,6 +128,7 @@ class LearnerWorker:
             ),
         )
         self.learner, self.stager, self.gate = parts.learner, parts.stager, parts.gate
+        self.sizer = parts.sizer
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
         resumed_from, note = self._resume() if resume else (None, None)
         self.group = None if rank is None else self._join(rank, device)
@@ -317,7 +318,9 @@ class LearnerWorker:
         self._trained = True
         t0 = time.perf_counter()
         self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
+        waited_before = self.gate.waited_seconds
         self.gate.training_started(self.stager.filled)
+        waited = self.gate.waited_seconds - waited_before
         self._gate_sampling()
         data = self.stager.take(limit)
         if self.cfg.sync_fraction < 1.0:  # what a straggler takes part with (see _follow)
@@ -327,10 +330,14 @@ class LearnerWorker:
             self._add_env_steps(self.group.total(self.learner.env_steps - self._synced_env_steps))
         self.stager.consume()
         self.gate.training_done()
+        busy = time.perf_counter() - t0
+        if self.sizer is not None:
+            trajectories = self.sizer.dataset_trained(busy, waited, self.gate.lead_at_cap)
+            stats["learner/dataset_size"] = float(trajectories * self.cfg.rollout)
         # The dataset just trained on may have ended the early epochs.
         self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
         self._gate_sampling()
-        self._train_seconds += time.perf_counter() - t0
+        self._train_seconds += busy
         stats["perf/learner_train_sec"] = self._train_seconds
         stats["perf/learner_wait_sec"] = self.gate.waited_seconds
         if self.group is not None:
@@ -370,9 +377,11 @@ class LearnerWorker:
         self.weights.publish(self.learner.model, self.learner.policy_version)
 
     def _on_sgd_step(self) -> None:
+        # Stage first: on CUDA the step's kernels are still running, and publishing waits for
+        # them, so arrivals are copied (on their own stream) while the GPU computes.
+        self._stage_arrivals()
         self._publish()
         self.gate.sgd_step_done()
-        self._stage_arrivals()
         self._gate_sampling()
 
     def _stage_arrivals(self) -> None:

@@ -187,7 +187,7 @@ def trajectory_layout(cfg: Config, env: EnvInfo, rnn_state_size: int) -> Traject
         rollout=cfg.rollout,
         rows_per_slot=rows,
         num_slots=slots_needed(
-            total_splits, rows, cfg.rollout, cfg.dataset_size * cfg.num_policies
+            total_splits, rows, cfg.rollout, cfg.max_dataset_size * cfg.num_policies
         ),
     )
 

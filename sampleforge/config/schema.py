@@ -288,6 +288,15 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
         "Minibatches per dataset; the dataset is batch_size x num_batches_per_epoch samples.",
         "learner",
     )
+    max_batch_size: Optional[int] = option(
+        None,
+        "Datasets that grow with the learner's speed (on-policy algorithms): while the run is "
+        "lag-bound (the sampling lead at its cap and the learner waiting for data over a fifth "
+        "of its time), datasets double, up to minibatches of this many samples; the number of "
+        "minibatches stays, so the policy lag in SGD steps does too. For learners faster than "
+        "the sampling their lag bound allows (a GPU). None: batch_size throughout.",
+        "learner",
+    )
     num_epochs: int = option(1, "Passes of SGD over each dataset.", "learner")
     early_num_epochs: Optional[int] = option(
         None,
@@ -501,6 +510,11 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
     def dataset_size(self) -> int:
         """Samples the learner collects before a round of `num_epochs` SGD passes."""
         return self.batch_size * self.num_batches_per_epoch
+
+    @property
+    def max_dataset_size(self) -> int:
+        """The largest dataset `max_batch_size` lets datasets grow to (what is allocated)."""
+        return (self.max_batch_size or self.batch_size) * self.num_batches_per_epoch
 
     @property
     def sgd_steps_per_1000_samples(self) -> float:

@@ -271,7 +271,7 @@ def _value_range_problems(cfg: Config) -> list[str]:
             f"sampling_lead_sgd_steps: {cfg.sampling_lead_sgd_steps} must be >= 0 "
             "(or none: measured)"
         )
-    for name in ("eval_every_env_steps", "early_num_epochs"):
+    for name in ("eval_every_env_steps", "early_num_epochs", "max_batch_size"):
         value = getattr(cfg, name)
         if value is not None and value < 1:
             problems.append(f"{name}: {value} must be >= 1 (or none)")
@@ -362,7 +362,31 @@ def cross_field_problems(cfg: Config) -> list[str]:
     problems += _policy_mapping_problems(cfg)
     problems += _algorithm_problems(cfg)
     problems += _distributed_problems(cfg)
+    problems += _dataset_growth_problems(cfg, replay)
     return problems
+
+
+def _dataset_growth_problems(cfg: Config, replay: bool) -> list[str]:
+    """What `max_batch_size` (datasets that grow with the learner's speed) needs."""
+    largest = cfg.max_batch_size
+    if largest is None or largest < 1:  # none, or reported as out of range
+        return []
+    if replay:
+        return [
+            f"max_batch_size ({largest}) grows datasets of fresh trajectories; algorithm "
+            f"{cfg.algorithm!r} trains on replay batches of batch_size (leave it none)"
+        ]
+    if largest < cfg.batch_size or (cfg.rollout >= 1 and largest % cfg.rollout):
+        return [
+            f"max_batch_size ({largest}) must be at least batch_size ({cfg.batch_size}) and a "
+            f"multiple of rollout ({cfg.rollout})"
+        ]
+    if cfg.serial_mode:
+        return [
+            f"max_batch_size ({largest}) grows datasets on the clock, and serial_mode true "
+            "runs are reproducible: leave it none there"
+        ]
+    return []
 
 
 def _distributed_problems(cfg: Config) -> list[str]:

@@ -34,7 +34,7 @@ from sampleforge.algo.actor_critic_loss import (
 from sampleforge.buffers.step_validity import trainable
 from sampleforge.buffers.trajectory_buffer import TrajectoryLayout
 from sampleforge.config import Config
-from sampleforge.learners.batcher import Dataset, Samples
+from sampleforge.learners.batcher import Dataset, Samples, minibatch_size
 from sampleforge.learners.optimization import (
     DataParallel,
     NonFiniteTrainingError,
@@ -75,18 +75,19 @@ def trains_on_samples(cfg: Config) -> bool:
 
 def actor_critic_staging_bytes(cfg: Config, layout: TrajectoryLayout) -> int:
     """What one learner allocates for its data: the batcher's two staging areas, and the
-    copies made of a dataset and of a minibatch."""
+    copies made of a dataset and of a minibatch, at the largest dataset size."""
     per_step = layout.step_bytes()
     steps = layout.rollout + 1
-    trajectories = cfg.dataset_size // cfg.rollout
+    trajectories = cfg.max_dataset_size // cfg.rollout  # datasets may grow to it
+    minibatch = cfg.max_batch_size or cfg.batch_size
     staging = 2 * (trajectories + 2 * layout.rows_per_slot) * steps * per_step
     if not trains_on_samples(cfg):
-        return staging + (cfg.batch_size // cfg.rollout) * steps * per_step
+        return staging + (minibatch // cfg.rollout) * steps * per_step
     # A sample (`batcher.Samples`) holds a step's observation, action, version and policy, and
     # five float32s as a step does (log-prob, value, valid, advantage and target in place of
     # reward, done, valid, log-prob and value), but no recurrent state.
     per_sample = per_step - 4 * layout.rnn_state_size
-    return staging + (cfg.dataset_size + cfg.batch_size) * per_sample
+    return staging + (cfg.max_dataset_size + minibatch) * per_sample
 
 
 class ActorCriticLearner:
@@ -176,7 +177,7 @@ class ActorCriticLearner:
 
     def _trajectory_steps(self, data: Dataset, epochs: int) -> Iterator[dict[str, float]]:
         """One SGD step per minibatch of whole trajectories; advantages per minibatch."""
-        per_minibatch = self.cfg.batch_size // self.cfg.rollout
+        per_minibatch = minibatch_size(data.num_trajectories, self.cfg.num_batches_per_epoch)
         for _ in range(epochs):
             order = torch.randperm(data.num_trajectories, device=self.device)
             for start in range(0, data.num_trajectories - per_minibatch + 1, per_minibatch):
@@ -189,14 +190,16 @@ class ActorCriticLearner:
                 yield stats
 
     def _sample_steps(self, data: Dataset, epochs: int) -> Iterator[dict[str, float]]:
-        """One SGD step per minibatch of `batch_size` single samples, shuffled across the whole
-        dataset each epoch; GAE advantages and targets computed once, before the first."""
+        """One SGD step per minibatch of single samples (`batch_size` of them, or more in a
+        grown dataset), shuffled across the whole dataset each epoch; GAE advantages and
+        targets computed once, before the first."""
         samples = self._prepare_samples(data)
         count = samples.advantages.shape[0]
+        size = minibatch_size(count, self.cfg.num_batches_per_epoch)
         for _ in range(epochs):
             order = torch.randperm(count, device=self.device)
-            for start in range(0, count - self.cfg.batch_size + 1, self.cfg.batch_size):
-                batch = samples.take(order[start : start + self.cfg.batch_size])
+            for start in range(0, count - size + 1, size):
+                batch = samples.take(order[start : start + size])
                 valids, lag_stats = self._lag_mask(
                     batch.policy_versions, batch.valids, batch.policy_ids
                 )

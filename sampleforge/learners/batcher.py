@@ -2,7 +2,8 @@
 
 Rollouts finish asynchronously in many slots. The batcher copies the rows its policy acted in
 from each finished slot into a staging tensor on the learner's device (`[T + 1, trajectories,
-...]`, time-major as the loss functions want it) and releases the slot at once (the last
+...]`, time-major as the loss functions want it; on CUDA through pinned memory on a copy stream,
+`staging_copy.py`) and releases the slot at once (the last
 reader gives it back, see `SamplerLedger`), so rollout workers are never held up by
 training. Steps another policy played in a copied row (before or after an episode boundary) are
 marked invalid, so a learner only ever trains on its own policy's samples. When the front staging
@@ -22,6 +23,7 @@ from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.step_validity import trainable
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.comms.messages import TrajectoryReady
+from sampleforge.learners.staging_copy import StagingCopy
 
 
 @dataclass
@@ -96,6 +98,13 @@ class Samples:
         )
 
 
+def minibatch_size(items: int, minibatches: int) -> int:
+    """Trajectories or samples per minibatch when a dataset of `items` is cut into
+    `minibatches` (`num_batches_per_epoch`): `batch_size` at the configured dataset size, more
+    in a dataset grown by `DatasetSizer`."""
+    return max(1, items // minibatches)
+
+
 _PLAIN_FIELDS = (
     "actions",
     "rnn_states",
@@ -113,22 +122,25 @@ class _StagingArea:
     """One dataset's room on the learner's device: `[T + 1, capacity, ...]` per field, the
     first `filled` trajectories staged."""
 
-    def __init__(self, buffer: SharedTrajectoryBuffer, capacity: int, device: torch.device):
+    def __init__(
+        self,
+        buffer: SharedTrajectoryBuffer,
+        capacity: int,
+        device: torch.device,
+        copier: StagingCopy,
+    ):
         self.tensors = {
             name: torch.empty((t.shape[1], capacity, *t.shape[3:]), dtype=t.dtype, device=device)
             for name, t in buffer.fields().items()
         }
+        self.copier = copier
         self.filled = 0
 
-    def append(self, rows: dict[str, torch.Tensor]) -> tuple[int, int]:
-        """Copy `[T + 1, n, ...]` rows in after the staged ones; returns where they went."""
-        start = self.filled
-        end = start
-        for name, part in rows.items():
-            end = start + part.shape[1]
-            self.tensors[name][:, start:end].copy_(part, non_blocking=True)
-        self.filled = end
-        return start, end
+    def append(self, rows: dict[str, torch.Tensor]) -> None:
+        """Copy `[T + 1, n, ...]` rows in after the staged ones."""
+        n = next(iter(rows.values())).shape[1]
+        start, self.filled = self.filled, self.filled + n
+        self.copier.copy({name: self.tensors[name][:, start : self.filled] for name in rows}, rows)
 
     def rows(self, start: int, end: int) -> dict[str, torch.Tensor]:
         return {name: t[:, start:end] for name, t in self.tensors.items()}
@@ -148,16 +160,32 @@ class Batcher:
         dataset_trajectories: int,
         device: torch.device,
         policy_id: int = 0,
+        largest_dataset_trajectories: int | None = None,
     ):
         self.buffer = buffer
         self.slots = slots
         self.policy_id = policy_id
         self.dataset_trajectories = dataset_trajectories
-        # Room for a dataset, a slot that overflows it, and the overflow of the other area.
-        capacity = dataset_trajectories + 2 * buffer.layout.rows_per_slot
-        self._front = _StagingArea(buffer, capacity, device)
-        self._back = _StagingArea(buffer, capacity, device)
+        self.largest_dataset_trajectories = largest_dataset_trajectories or dataset_trajectories
+        # Room for the largest dataset, a slot that overflows it, and the overflow of the
+        # other area.
+        capacity = self.largest_dataset_trajectories + 2 * buffer.layout.rows_per_slot
+        self._copier = StagingCopy(
+            device, {name: (t.shape[1:], t.dtype) for name, t in buffer.fields().items()}
+        )
+        self._front = _StagingArea(buffer, capacity, device, self._copier)
+        self._back = _StagingArea(buffer, capacity, device, self._copier)
         self._to_return: list[int] = []  # copied by us; waiting for the other readers
+
+    def set_dataset_trajectories(self, trajectories: int) -> None:
+        """Datasets of `trajectories` from the next `take` on (`DatasetSizer`); between
+        datasets, up to the largest the staging areas were allocated for."""
+        if not 0 < trajectories <= self.largest_dataset_trajectories:
+            raise ValueError(
+                f"a dataset of {trajectories} trajectories does not fit the staging areas "
+                f"(1 to {self.largest_dataset_trajectories})"
+            )
+        self.dataset_trajectories = trajectories
 
     def staging_tensors(self) -> list[torch.Tensor]:
         """Every tensor of both staging areas (what the batcher allocates)."""
@@ -176,11 +204,11 @@ class Batcher:
             name: tensor[msg.slot] if rows is None else tensor[msg.slot].index_select(1, rows)
             for name, tensor in self.buffer.fields().items()
         }
-        area = self._back if self.ready() else self._front
-        start, end = area.append(parts)
         # A row may have changed policy at an episode boundary: train only on our own steps.
-        valids = area.tensors["valids"][:, start:end]
-        valids.copy_(trainable(valids, area.tensors["policy_ids"][:, start:end], self.policy_id))
+        # (A new tensor: the slot's own valids are every reader's.)
+        parts["valids"] = trainable(parts["valids"], parts["policy_ids"], self.policy_id)
+        area = self._back if self.ready() else self._front
+        area.append(parts)
         self.slots.copied(msg.slot, self.policy_id)
         if msg.returns_slot:
             self._to_return.append(msg.slot)
@@ -193,6 +221,7 @@ class Batcher:
 
     def state_dict(self) -> dict:
         """The staged rows, oldest first (an exact resume in serial mode)."""
+        self._copier.before_reading()
         staged = [area.rows(0, area.filled) for area in (self._front, self._back) if area.filled]
         return {
             "staging": {
@@ -242,6 +271,7 @@ class Batcher:
     def take(self, limit: int | None = None) -> Dataset:
         """The oldest complete dataset (one item, whatever `limit`). Valid until `consume()`
         is called."""
+        self._copier.before_reading()
         view = self._front.rows(0, self.dataset_trajectories)
         obs = {name.removeprefix("obs."): t for name, t in view.items() if name.startswith("obs.")}
         return Dataset(obs=obs, **{name: view[name] for name in _PLAIN_FIELDS})
@@ -250,6 +280,7 @@ class Batcher:
         """Drop the dataset returned by `take`; the back area, with the rows that arrived
         beyond the dataset, becomes the front."""
         d, front = self.dataset_trajectories, self._front
+        self._copier.before_overwriting()  # the dataset's SGD steps may still be queued
         if front.filled > d:
             self._back.append(front.rows(d, front.filled))
         front.filled = 0

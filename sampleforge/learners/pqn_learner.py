@@ -31,7 +31,7 @@ from sampleforge.algo.q_learning import taken_actions
 from sampleforge.algo.value_targets import q_lambda_targets
 from sampleforge.buffers.step_validity import trainable
 from sampleforge.config import Config
-from sampleforge.learners.batcher import Dataset
+from sampleforge.learners.batcher import Dataset, minibatch_size
 from sampleforge.learners.optimization import (
     DataParallel,
     SkippedUpdates,
@@ -115,7 +115,7 @@ class PQNLearner:
         self._env_steps += int((data.policy_ids[:-1] == self.policy_id).sum()) * self.frameskip
         totals: dict[str, float] = {}
         count = samples["targets"].shape[0]
-        batch_size = self.cfg.batch_size
+        batch_size = minibatch_size(count, self.cfg.num_batches_per_epoch)
         for _ in range(self.cfg.num_epochs):
             order = torch.randperm(count, device=self._device)
             for start in range(0, count - batch_size + 1, batch_size):

@@ -32,6 +32,7 @@ from sampleforge.learners import actor_critic, continuous_learner, pqn_learner, 
 from sampleforge.learners.actor_critic import ActorCriticLearner, actor_critic_staging_bytes
 from sampleforge.learners.batcher import Batcher
 from sampleforge.learners.continuous_learner import ContinuousLearner
+from sampleforge.learners.dataset_sizer import DatasetSizer
 from sampleforge.learners.pqn_learner import PQNLearner
 from sampleforge.learners.probe_data import fill_replay, random_dataset
 from sampleforge.learners.protocols import GatesSampling, StagesData, Trains
@@ -50,6 +51,8 @@ class LearnerParts:
     learner: Trains
     stager: StagesData
     gate: GatesSampling
+    # Datasets that grow with the learner's speed (`max_batch_size`); None: a fixed size.
+    sizer: DatasetSizer | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ def _fresh_trajectory_parts(cfg: Config, site: LearnerSite, learner: Trains) -> 
         cfg.dataset_size // cfg.rollout,
         site.device,
         policy_id=site.policy_id,
+        largest_dataset_trajectories=cfg.max_dataset_size // cfg.rollout,
     )
     lead = cfg.sampling_lead_sgd_steps
     if lead is None and cfg.serial_mode:
@@ -88,7 +92,12 @@ def _fresh_trajectory_parts(cfg: Config, site: LearnerSite, learner: Trains) -> 
         learner.sgd_steps_per_dataset,
         lead,
     )
-    return LearnerParts(learner=learner, stager=stager, gate=gate)
+    sizer = None
+    if cfg.max_batch_size is not None:
+        sizer = DatasetSizer(
+            stager.dataset_trajectories, stager.largest_dataset_trajectories, (stager, gate)
+        )
+    return LearnerParts(learner=learner, stager=stager, gate=gate, sizer=sizer)
 
 
 def _make_actor_critic(cfg: Config, site: LearnerSite) -> LearnerParts:
@@ -356,9 +365,10 @@ class StagingEstimate:
 def _actor_critic_staging(cfg: Config, layout: TrajectoryLayout | None) -> StagingEstimate:
     return StagingEstimate(
         nbytes=0 if layout is None else actor_critic_staging_bytes(cfg, layout),
-        sized_by=f"datasets of batch_size {cfg.batch_size} x num_batches_per_epoch "
+        sized_by=f"datasets of {'max_' if cfg.max_batch_size else ''}batch_size "
+        f"{cfg.max_batch_size or cfg.batch_size} x num_batches_per_epoch "
         f"{cfg.num_batches_per_epoch}",
-        to_lower="batch_size or num_batches_per_epoch",
+        to_lower=f"{'max_' if cfg.max_batch_size else ''}batch_size or num_batches_per_epoch",
     )
 
 

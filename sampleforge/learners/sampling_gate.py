@@ -89,9 +89,17 @@ class SamplingGate:
     def set_sgd_steps_per_dataset(self, steps: int) -> None:
         """The learner's epochs per dataset changed (`early_num_epochs`): the lead's bound
         follows, and a measured lead beyond the new bound is cut to it."""
-        if steps == self.sgd_steps_per_dataset:
-            return
-        self.sgd_steps_per_dataset = steps
+        if steps != self.sgd_steps_per_dataset:
+            self.sgd_steps_per_dataset = steps
+            self._bound_changed()
+
+    def set_dataset_trajectories(self, trajectories: int) -> None:
+        """Datasets grew (`DatasetSizer`): fewer of them fit the slots, so the lead's bound
+        follows, and a measured lead beyond it is cut to it."""
+        self.dataset_trajectories = trajectories
+        self._bound_changed()
+
+    def _bound_changed(self) -> None:
         self.max_lead = self._max_lead()
         if self.measured:
             self.lead = min(self.lead, self.max_lead)

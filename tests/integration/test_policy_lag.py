@@ -8,13 +8,11 @@ and the lag climbs to `max_policy_lag`, where samples start being dropped.
 
 from __future__ import annotations
 
-import csv
-
 import pytest
 
-from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
 from sampleforge.learners.sampling_gate import measured_lead_bound
+from sampleforge.testing.training_runs import train_reading_reports
 
 pytestmark = (
     pytest.mark.exclusive
@@ -58,10 +56,7 @@ def _run(tmp_path, lead):
         report_every_sec=1,
         tensorboard=False,
     )
-    with Runner(cfg) as runner:
-        summary = runner.train()
-        rows = list(csv.DictReader(open(runner.exp.path / "progress.csv", newline="")))
-    return summary, [r for r in rows if r.get("policy_lag/mean")]
+    return train_reading_reports(cfg)
 
 
 @pytest.mark.slow

@@ -176,6 +176,31 @@ def test_many_datasets_in_a_row(buffer, slots):
     assert receive(slots.free_queue, timeout=1.0) == [slot for slot, _ in arrivals]
 
 
+def test_datasets_that_grow_midway_keep_every_row_in_arrival_order(buffer, slots):
+    """`set_dataset_trajectories` between datasets (DatasetSizer): later datasets are larger,
+    and no row is lost or reordered across the change."""
+    batcher = Batcher(
+        buffer, slots, dataset_trajectories=2, device=CPU, largest_dataset_trajectories=8
+    )
+    arrivals = [(s % SLOTS, ROWS) for s in range(12)]
+    order = _expected_columns(buffer, arrivals)
+    sizes, seen = [], 0
+    for slot, rows in arrivals:
+        batcher.add(_msg(slot, rows))
+        while batcher.ready():
+            dataset = batcher.take()
+            size = dataset.num_trajectories
+            _check_columns(dataset, buffer, order[seen : seen + size])
+            seen += size
+            sizes.append(size)
+            batcher.consume()
+            batcher.set_dataset_trajectories(min(2 * size, 8))
+    assert sizes[:3] == [2, 4, 8] and set(sizes[3:]) == {8}
+    assert batcher.filled == len(order) - seen
+    with pytest.raises(ValueError, match="does not fit the staging areas"):
+        batcher.set_dataset_trajectories(9)
+
+
 def test_select_picks_columns(buffer, slots):
     batcher = Batcher(buffer, slots, dataset_trajectories=6, device=CPU)
     batcher.add(_msg(slot=0))
@@ -228,3 +253,30 @@ def test_rows_shared_by_policies_keep_only_own_steps_and_the_last_reader_frees_t
     assert (mine1.valids[:2, 1] > 0).all() and (mine1.valids[2:T, 1] == 0).all()
     assert (mine0.valids[:T, 1] > 0).all()  # row 2: all policy 0's
     assert (mine1.valids[:T, 0] == 0).sum() == T - 2  # row 0: policy 1's for two steps
+
+
+@pytest.mark.gpu
+def test_on_cuda_rows_travel_through_pinned_memory_on_a_copy_stream_and_arrive_whole(buffer, slots):
+    """StagingCopy on CUDA: rows staged while the compute stream is busy arrive intact and in
+    order, across growing datasets and the overflow carried from one area to the other."""
+    cuda = torch.device("cuda")
+    batcher = Batcher(
+        buffer, slots, dataset_trajectories=2, device=cuda, largest_dataset_trajectories=8
+    )
+    assert batcher._copier.stream is not None
+    assert all(t.is_pinned() for bounce in batcher._copier._bounce for t in bounce.values())
+    arrivals = [(s % SLOTS, 1 + s % ROWS) for s in range(40)]
+    order = _expected_columns(buffer, arrivals)
+    seen = 0
+    busy = torch.randn(2048, 2048, device=cuda)
+    for slot, rows in arrivals:
+        busy = busy @ busy / 2048  # queue compute work on the current stream meanwhile
+        batcher.add(_msg(slot, rows))
+        while batcher.ready():
+            dataset = batcher.take().to(CPU)
+            size = dataset.num_trajectories
+            _check_columns(dataset, buffer, order[seen : seen + size])
+            seen += size
+            batcher.consume()
+            batcher.set_dataset_trajectories(min(2 * size, 8))
+    assert seen > 8 and batcher.filled == len(order) - seen

@@ -253,3 +253,15 @@ def test_more_steps_per_dataset_raise_the_bound_but_not_the_lead(monkeypatch):
     gate.lead = 3
     gate.set_sgd_steps_per_dataset(8)
     assert gate.max_lead == 12 and gate.lead == 3
+
+
+def test_grown_datasets_ask_for_more_slots_and_bound_the_lead_by_the_slots():
+    """DatasetSizer doubles the datasets: the next one asks for twice the slots, and the lead's
+    bound shrinks to what the slots can still hold ahead."""
+    ledger = SamplerLedger(1, num_slots=6, num_policies=1)
+    gate = SamplingGate(ledger, 0, DATASET, ROWS, 4, None, clock=Clock())
+    gate.lead = gate.max_lead  # 8: the 6 slots hold two datasets of two slots ahead
+    assert gate.update(staged_trajectories=0) == 2 * 2 + 2  # 1 + 8 // 4 datasets
+    gate.set_dataset_trajectories(2 * DATASET)
+    assert gate.max_lead == 4 and gate.lead == 4  # one dataset of four slots ahead
+    assert gate.update(staged_trajectories=0) == 2 * 4

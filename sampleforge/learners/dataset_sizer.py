@@ -1,0 +1,74 @@
+"""Dataset size from the learner's measured speed: datasets grow while the run is lag-bound.
+
+Responsible for: deciding, after every dataset an on-policy learner trains on, whether its
+datasets should double (`--max_batch_size`). The sampling gate bounds the policy lag in SGD
+steps (`sampling_gate.py`); with a fast learner (a GPU) the trajectories that bound lets sample
+at once take longer to sample than the learner takes to train on them, so the learner waits
+and the rollout workers wait for the gate. The paper's remedy is more samples per SGD step:
+the minibatches grow with the dataset while their number stays, so the lag in SGD steps does
+not change, and each SGD step carries more samples.
+
+The rule, over a window of `WINDOW` datasets: when the gate held the lead at its cap for every
+one of them and the learner still spent more than `GROW_WAIT_SHARE` of its time waiting for
+data, the dataset doubles (up to the largest one the staging areas were allocated for). It
+never shrinks: a dataset grows only where the sampler, not the learner, set the pace, and a
+smaller one would set it again.
+
+Must not: read the batcher or the gate (the learner worker passes the numbers); it only tells
+them a new size, between datasets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Datasets a decision looks back over: enough that one slow rollout does not decide it.
+WINDOW = 8
+# The learner's share of time spent waiting for data above which its datasets grow.
+GROW_WAIT_SHARE = 0.2
+
+
+class SizedByTrajectories(Protocol):
+    """What plans with the dataset size: the batcher and the sampling gate."""
+
+    def set_dataset_trajectories(self, trajectories: int) -> None: ...
+
+
+@dataclass
+class DatasetSizer:
+    """Trajectories per dataset, between `smallest` (the configured size) and `largest`;
+    `followers` are told each new size."""
+
+    smallest: int
+    largest: int
+    followers: Sequence[SizedByTrajectories] = ()
+    trajectories: int = 0
+    _busy: list[float] = field(default_factory=list)
+    _waited: list[float] = field(default_factory=list)
+    _at_cap: list[bool] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.smallest <= self.largest:
+            raise ValueError(f"dataset sizes must satisfy 0 < {self.smallest} <= {self.largest}")
+        self.trajectories = self.trajectories or self.smallest
+
+    def dataset_trained(self, busy_seconds: float, waited_seconds: float, lead_at_cap: bool) -> int:
+        """Note one dataset: the learner's time training on it, its wait for it, and whether the
+        lead was at its cap as training ended. Returns the size of the datasets to come."""
+        self._busy.append(busy_seconds)
+        self._waited.append(waited_seconds)
+        self._at_cap.append(lead_at_cap)
+        if len(self._busy) < WINDOW:
+            return self.trajectories
+        waited, busy = sum(self._waited), sum(self._busy)
+        lag_bound = all(self._at_cap) and waited > GROW_WAIT_SHARE * (waited + busy)
+        self._busy.clear()
+        self._waited.clear()
+        self._at_cap.clear()
+        if lag_bound and self.trajectories < self.largest:
+            self.trajectories = min(2 * self.trajectories, self.largest)
+            for follower in self.followers:
+                follower.set_dataset_trajectories(self.trajectories)
+        return self.trajectories
