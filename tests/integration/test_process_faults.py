@@ -357,6 +357,18 @@ _ALGORITHM_SETTINGS = {
 
 
 # --- rollout workers ------------------------------------------------------------------------------
+def _ledger_state(runner: Runner) -> str:
+    """What a stall leaves in the sampler's bookkeeping (for the failure message)."""
+    ledger = runner.wiring.ledger
+    return (
+        f"slot owners {ledger.slot_owners.tolist()}, unread slots per policy "
+        f"{ledger.slot_readers.sum(dim=0).tolist()}, sampling slots "
+        f"{ledger.sampling_slots.tolist()}, in flight "
+        f"{[ledger.slots_in_flight(p) for p in range(len(ledger.sampling_slots))]}, "
+        f"generations {ledger.generations.tolist()}"
+    )
+
+
 def _kill_rollout_worker(run: BackgroundRun, k: int) -> dict:
     """The k-th kill: rollout_worker_{k % 2}, waiting on its inbox (k even) or running its own
     code (k odd); then waits for the recovery."""
@@ -377,7 +389,9 @@ def _kill_rollout_worker(run: BackgroundRun, k: int) -> dict:
     assert run.wait(lambda: float(runner.wiring.ledger.heartbeats[worker]) > beat_after, 60), (
         f"the replacement of {name} never ran"
     )
-    assert run.frames_grow(1_000, 60), "sampling stalled after the replacement"
+    assert run.frames_grow(1_000, 60), (
+        f"sampling stalled after the replacement; {_ledger_state(runner)}"
+    )
     return dict(
         name=name,
         old=old,

@@ -49,6 +49,10 @@ def test_async_appo_solves_cartpole(tmp_path):
     assert summary.mean_policy_lag is not None and summary.mean_policy_lag > 0  # really async
 
 
+# A benchmark, not CI: serial mode runs the same learner on the same data path, and its
+# every-component-in-one-process loop is what the exact-resume, API and random-config tests
+# train through; a whole solve in one process takes 35-50 s of the CI budget.
+@pytest.mark.benchmark
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_serial_mode_solves_cartpole(tmp_path):

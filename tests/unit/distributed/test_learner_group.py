@@ -137,24 +137,25 @@ def _digest(state) -> str:
     h = hashlib.sha256()
     for value in state.values() if isinstance(state, dict) else state:
         if torch.is_tensor(value):
-            h.update(value.detach().contiguous().numpy().tobytes())
+            h.update(value.detach().cpu().contiguous().numpy().tobytes())
         elif isinstance(value, dict):
             h.update(_digest(value).encode())
     return h.hexdigest()
 
 
-def _learner_on_own_data(rank, datasets: int) -> tuple[str, str, int]:
+def _learner_on_own_data(rank, datasets: int, on_gpu: bool = False) -> tuple[str, str, int]:
     cfg = _cfg()
+    device = torch.device("cuda", rank.local_rank) if on_gpu else CPU
     torch.manual_seed(rank.rank)  # different initial weights: the group's broadcast aligns them
     space, actions = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2)
-    learner = ActorCriticLearner(cfg, space, actions, CPU)
-    group = LearnerGroup(rank, 1, CPU, 60.0)
+    learner = ActorCriticLearner(cfg, space, actions, device)
+    group = LearnerGroup(rank, 1, device, 60.0)  # NCCL on a GPU
     state = group.broadcast_state(learner.state_dict() if rank.is_main else None)
     learner.load_state_dict(state)
     learner.data_parallel = group
     group.share_running_statistics(learner.model)
     for i in range(datasets):
-        learner.train(_dataset(100 * rank.rank + i, cfg), lambda: None)
+        learner.train(_dataset(100 * rank.rank + i, cfg).to(device), lambda: None)
     model, optimizer = learner.model.state_dict(), learner.optimizer.state_dict()["state"]
     group.close()
     return (
@@ -169,6 +170,17 @@ def test_learners_on_different_data_stay_identical_bit_for_bit(ranks):
     assert v0 == v1 == 3 * 2 * 2  # 3 datasets x 2 epochs x 2 minibatches
     assert model0 == model1
     assert opt0 == opt1
+
+
+@pytest.mark.gpu
+def test_nccl_learners_on_the_machine_s_gpus_stay_identical_bit_for_bit():
+    """One rank per GPU, two at most (NCCL wants a GPU of its own per rank): the NCCL group,
+    its all-reduce and the gloo control group beside it. On a one-GPU machine a single rank
+    still runs the NCCL path whole."""
+    world = min(2, torch.cuda.device_count())
+    results = run_ranks(_learner_on_own_data, world, 3, True)
+    assert all(version == 3 * 2 * 2 for _, _, version in results)
+    assert len({(model, optimizer) for model, optimizer, _ in results}) == 1
 
 
 def _single_process_learner(cfg, data: Dataset) -> dict:
