@@ -8,6 +8,11 @@
   finished slot (several policies may have acted in one slot). Each learner clears only its own
   entry; the slot's designated returner (the reader with the lowest policy id) gives the slot
   back to the free list once the row is all zeros, so a slot is returned exactly once.
+- `handed_over_by[slot]`, `hand_overs[slot]`: the worker that last handed the slot over, and
+  how many times it has been handed over. A worker killed between its hand-over here and its
+  `TrajectoryReady` messages leaves a slot whose readers wait for a message that never comes;
+  these let the supervisor ask those readers about exactly that hand-over
+  (`unread_hand_overs`, `HandOverCheck`).
 - `generations[worker]`: bumped by the runner when it replaces a worker. Requests carry the
   generation of the worker that sent them; inference workers drop requests of dead generations
   instead of writing into slots that may already belong to someone else.
@@ -34,6 +39,7 @@ import torch
 
 FREE = -1
 HANDED_OVER = -2
+NO_WORKER = -1  # `handed_over_by` of a slot never handed over, or by a caller that did not say
 
 
 class SamplerLedger:
@@ -42,6 +48,9 @@ class SamplerLedger:
     def __init__(self, num_workers: int, num_slots: int, num_policies: int = 1):
         self.slot_owners = torch.full((num_slots,), FREE, dtype=torch.int64).share_memory_()
         self.slot_readers = torch.zeros(num_slots, num_policies, dtype=torch.int8).share_memory_()
+        self.handed_over_by = torch.full((num_slots,), NO_WORKER, dtype=torch.int64)
+        self.handed_over_by.share_memory_()
+        self.hand_overs = torch.zeros(num_slots, dtype=torch.int64).share_memory_()
         self.generations = torch.zeros(num_workers, dtype=torch.int64).share_memory_()
         self.heartbeats = torch.zeros(num_workers, dtype=torch.float64).share_memory_()
         # Until the learners first say otherwise, every slot may be filled.
@@ -58,7 +67,14 @@ class SamplerLedger:
         if self._views is None:
             self._views = {
                 key: getattr(self, key).numpy()
-                for key in ("slot_owners", "slot_readers", "heartbeats", "sampling_slots")
+                for key in (
+                    "slot_owners",
+                    "slot_readers",
+                    "handed_over_by",
+                    "hand_overs",
+                    "heartbeats",
+                    "sampling_slots",
+                )
             }
         return self._views[name]
 
@@ -82,19 +98,36 @@ class SamplerLedger:
         self._np("slot_owners")[slot] = worker
 
     def release(self, slot: int) -> None:
+        # A slot freed with reader flags still set (its worker died between setting them and
+        # handing it over: no message went out) would count as on its way until reused.
+        self._np("slot_readers")[slot] = 0
         self._np("slot_owners")[slot] = FREE
 
     def free_slots(self) -> list[int]:
         """Slots on the free queue, or on their way there or off it."""
         return (self.slot_owners == FREE).nonzero().flatten().tolist()
 
-    def hand_over(self, slot: int, readers: list[int]) -> None:
-        """A worker finished `slot`: the learners of `readers` will copy from it. Called before
+    def hand_over(self, slot: int, readers: list[int], worker: int = NO_WORKER) -> None:
+        """`worker` finished `slot`: the learners of `readers` will copy from it. Called before
         any of them is told, so no flag is read before it is set."""
         flags = self._np("slot_readers")
         flags[slot] = 0
         flags[slot, readers] = 1
+        self._np("handed_over_by")[slot] = worker
+        self._np("hand_overs")[slot] += 1
         self._np("slot_owners")[slot] = HANDED_OVER
+
+    def unread_hand_overs(self, worker: int) -> list[tuple[int, int, list[int]]]:
+        """(slot, hand-over count, policies yet to copy it) for each slot `worker` handed over
+        that some learner has not copied yet (call once the worker is dead)."""
+        owners, by = self._np("slot_owners"), self._np("handed_over_by")
+        flags, counts = self._np("slot_readers"), self._np("hand_overs")
+        slots = ((owners == HANDED_OVER) & (by == worker)).nonzero()[0]
+        return [
+            (int(s), int(counts[s]), flags[s].nonzero()[0].tolist())
+            for s in slots
+            if flags[s].any()
+        ]
 
     def reader_done(self, slot: int, policy: int) -> None:
         """`policy`'s learner copied its rows of `slot`."""

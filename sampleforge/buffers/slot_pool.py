@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from multiprocessing.reduction import DupFd
 from queue import Empty
 
-from sampleforge.buffers.sampler_ledger import SamplerLedger
+from sampleforge.buffers.sampler_ledger import NO_WORKER, SamplerLedger
 from sampleforge.comms.queues import make_queue, receive, send_many
 
 log = logging.getLogger(__name__)
@@ -147,18 +147,30 @@ class SlotPool:
             self.ledger.take(slot, worker)
         return slot
 
-    def hand_over(self, slot: int, readers: list[int]) -> None:
-        """`slot` is complete: the learners of `readers` will copy it. Call before telling
-        them. With no reader (only frozen opponents acted) it is free again at once."""
+    def hand_over(self, slot: int, readers: list[int], worker: int = NO_WORKER) -> None:
+        """`slot`, filled by `worker`, is complete: the learners of `readers` will copy it.
+        Call before telling them. With no reader (only frozen opponents acted) it is free
+        again at once."""
         if not readers:
             self._give_back([slot])
         else:
-            self.ledger.hand_over(slot, readers)
+            self.ledger.hand_over(slot, readers, worker)
 
     # --- learners -------------------------------------------------------------------------------
     def copied(self, slot: int, policy: int) -> None:
         """`policy`'s learner has copied its rows of `slot`."""
         self.ledger.reader_done(slot, policy)
+
+    def done_with(
+        self, slot: int, policy: int, returns_slot: bool, to_return: list[int]
+    ) -> list[int]:
+        """`policy`'s learner is done with `slot` (copied it, or let it go unstaged); if it
+        returns the slot, it joins `to_return`. Gives back those of `to_return` every reader
+        is done with; returns the rest."""
+        self.copied(slot, policy)
+        if returns_slot:
+            to_return = [*to_return, slot]
+        return self.release_copied(to_return)
 
     def release_copied(self, slots: list[int]) -> list[int]:
         """Give back those of `slots` (slots this learner returns) that every reader has

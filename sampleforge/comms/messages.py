@@ -50,6 +50,19 @@ class TrajectoryReady(NamedTuple):
     split: int = 0
 
 
+class HandOverCheck(NamedTuple):
+    """Supervisor -> a policy's learner: the rollout worker that handed `slot` over (its
+    `hand_over`-th hand-over) died before this learner copied it. Any `TrajectoryReady` it sent
+    is ahead of this in the inbox; if none came, it was lost between the ledger's hand-over
+    and the send, and the learner lets the slot go without staging it (returning it if
+    `returns_slot`)."""
+
+    policy_id: int
+    slot: int
+    hand_over: int
+    returns_slot: bool
+
+
 # --- commands from the runner -----------------------------------------------------------------
 @dataclass(frozen=True)
 class Pause:

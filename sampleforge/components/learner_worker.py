@@ -30,6 +30,7 @@ Must not: decide when training ends or when to checkpoint (the runner does).
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from sampleforge.checkpoint.store import CheckpointStore
 from sampleforge.comms.messages import (
     CheckpointSaved,
     CopyPolicy,
+    HandOverCheck,
     LearnerReady,
     LoadWeights,
     Pause,
@@ -67,6 +69,8 @@ from sampleforge.distributed.rounds import RankRow, decide
 from sampleforge.distributed.torchrun_rank import TorchrunRank
 from sampleforge.learners.registry import LearnerSite, make_learner_parts
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
+
+log = logging.getLogger(__name__)
 
 # The checkpoint's entry for the stager's state (the replay), with --save_replay.
 STAGER_KEY = "stager"
@@ -107,6 +111,7 @@ class LearnerWorker:
         self.cfg = cfg
         self.policy_id = policy_id
         self.inbox = endpoints.inbox
+        self.ledger = endpoints.slots.ledger
         self.report_queue = report_queue = endpoints.report_queue
         self.all_weights = weights = endpoints.weights
         self.incoming_weights = endpoints.incoming_weights
@@ -281,6 +286,8 @@ class LearnerWorker:
     def _handle(self, msg) -> None:
         if isinstance(msg, TrajectoryReady):
             self._arrived.append(msg)  # staged in order, never more than one dataset ahead
+        elif isinstance(msg, HandOverCheck):
+            self._check_hand_over(msg)
         elif isinstance(msg, SaveCheckpoint):
             self._save(msg)
         elif isinstance(msg, LoadWeights):
@@ -302,6 +309,22 @@ class LearnerWorker:
             self._resumed_once |= not self.paused
         else:
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _check_hand_over(self, msg: HandOverCheck) -> None:
+        """A dead worker's hand-over of `msg.slot`: anything it sent came before this, so a
+        slot still ours to copy with no message waiting lost its message; let it go."""
+        ledger = self.ledger
+        current = int(ledger.hand_overs[msg.slot]) == msg.hand_over
+        ours = bool(ledger.slot_readers[msg.slot, self.policy_id])
+        waiting = any(m.slot == msg.slot for m in self._arrived)
+        if current and ours and not waiting:
+            log.warning(
+                "%s: the message for slot %d was lost with its rollout worker; slot freed",
+                self.name,
+                msg.slot,
+            )
+            self.stager.drop(msg.slot, msg.returns_slot)
+            self._gate_sampling()
 
     def _load_incoming_weights(self, version: int) -> None:
         """Take the weights the runner published for us (nobody publishes there meanwhile: the

@@ -340,7 +340,8 @@ class RolloutWorker:
         }
         # Everything is prepared first: a kill between the ledger update and the sends would
         # lose the slot, so that stretch is kept as short as possible.
-        self.slots.hand_over(slot, readers=list(rows_of))  # no reader: free again at once
+        # No reader: free again at once.
+        self.slots.hand_over(slot, readers=list(rows_of), worker=self.worker_index)
         for p, message in messages.items():
             send_many(self.learner_queues[p], [message])
 

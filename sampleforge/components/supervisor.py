@@ -2,7 +2,7 @@
 
 | component | dies without a word (SIGKILL, OOM, segfault) | hangs | raises |
 | --- | --- | --- | --- |
-| rollout worker | replaced; its slots are reclaimed after a quarantine; its partial trajectories are never trained on | killed after `env_step_timeout_sec` without a heartbeat, then replaced | the run fails with its traceback |
+| rollout worker | replaced; its slots are reclaimed after a quarantine, and its learners asked about the slots it handed over (a message lost with it frees its slot); its partial trajectories are never trained on | killed after `env_step_timeout_sec` without a heartbeat, then replaced | the run fails with its traceback |
 | inference worker | replaced; rollout workers re-send the requests it held | — | the run fails |
 | learner | the run fails; the last checkpoint is intact | — | the run fails |
 | evaluation worker | the run fails (evaluation was asked for; a silent gap in it would mislead) | — | the run fails |
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sampleforge.comms.hosts import ComponentSpec
-from sampleforge.comms.messages import ResendRequests, Resume, Stop
+from sampleforge.comms.messages import HandOverCheck, ResendRequests, Resume, Stop
 from sampleforge.comms.queues import send_many
 
 log = logging.getLogger(__name__)
@@ -128,6 +128,20 @@ class Supervisor:
     def _reclaim_slots(self, worker: int) -> None:
         slots = self.wiring.slots.reclaim(worker)
         log.info("reclaimed %d trajectory slots of rollout worker %d", len(slots), worker)
+        self._check_unread_hand_overs(worker)
+
+    def _check_unread_hand_overs(self, worker: int) -> None:
+        """Ask each learner yet to copy a slot the dead `worker` handed over whether its
+        message came (see `HandOverCheck`): one lost would leave that learner waiting for it,
+        and sampling held back by it, for ever."""
+        policy_ids = self.wiring.buffer.policy_ids
+        for slot, hand_over, readers in self.wiring.ledger.unread_hand_overs(worker):
+            # The returner is the lowest trained policy that acted, as the worker chose it.
+            acted = set(policy_ids[slot, :-1].unique().tolist())
+            returner = min(p for p in self.wiring.learner_inboxes if p in acted)
+            for policy in readers:
+                check = HandOverCheck(policy, slot, hand_over, returns_slot=policy == returner)
+                send_many(self.wiring.learner_inboxes[policy], [check])
 
     def _kill_hung_workers(self) -> None:
         if self.cfg.serial_mode:

@@ -209,10 +209,11 @@ class Batcher:
         parts["valids"] = trainable(parts["valids"], parts["policy_ids"], self.policy_id)
         area = self._back if self.ready() else self._front
         area.append(parts)
-        self.slots.copied(msg.slot, self.policy_id)
-        if msg.returns_slot:
-            self._to_return.append(msg.slot)
-        self.return_slots()
+        self.drop(msg.slot, msg.returns_slot)  # copied: the slot may go
+
+    def drop(self, slot: int, returns_slot: bool) -> None:
+        """Done with `slot` without staging (more) from it."""
+        self._to_return = self.slots.done_with(slot, self.policy_id, returns_slot, self._to_return)
 
     def return_slots(self) -> None:
         """Give back the slots this batcher returns that every reader has copied by now."""

@@ -99,6 +99,10 @@ class StagesData(Protocol):
 
     def add(self, msg: TrajectoryReady) -> None: ...
 
+    def drop(self, slot: int, returns_slot: bool) -> None:
+        """Let `slot` go without staging it (its message was lost: `HandOverCheck`)."""
+        ...
+
     def return_slots(self) -> None:
         """Give copied slots back to the rollout workers."""
         ...

@@ -96,10 +96,7 @@ class ReplayStager:
         rewards = self._rewards(self.buffer.rewards[slot, :-1].index_select(1, rows).numpy())
         dones = self.buffer.dones[slot, :-1].index_select(1, rows).numpy()
         versions = self.buffer.policy_versions[slot, :-1].index_select(1, rows).numpy()
-        self.slots.copied(slot, self.policy_id)
-        if msg.returns_slot:
-            self._to_return.append(slot)
-        self.return_slots()
+        self.drop(slot, msg.returns_slot)  # copied: the slot may go
         first = (msg.worker * self.splits_per_worker + msg.split) * self.buffer.layout.rows_per_slot
         streams = first + rows.numpy()
         starts = np.array(
@@ -119,6 +116,10 @@ class ReplayStager:
         if self.reward_clip is not None:
             rewards = np.clip(rewards, -self.reward_clip, self.reward_clip)
         return rewards.astype(np.float32)
+
+    def drop(self, slot: int, returns_slot: bool) -> None:
+        """Done with `slot` without inserting (more) from it."""
+        self._to_return = self.slots.done_with(slot, self.policy_id, returns_slot, self._to_return)
 
     def return_slots(self) -> None:
         if self._to_return:

@@ -16,6 +16,7 @@ from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import checkpoint_info
 from sampleforge.comms.messages import (
     CheckpointSaved,
+    HandOverCheck,
     LearnerReady,
     Pause,
     Resume,
@@ -91,7 +92,7 @@ class Neighbours:
         b.rewards[slot], b.dones[slot], b.valids[slot] = 1.0, 0, 1
         b.log_probs[slot], b.values[slot] = float(np.log(0.5)), 0.0
         b.policy_versions[slot], b.policy_ids[slot] = 0, 0
-        self.ledger.hand_over(slot, [0])
+        self.ledger.hand_over(slot, [0], worker=0)
         return TrajectoryReady(policy_id=0, slot=slot, rows=None, worker=0)
 
     def a_dataset(self) -> list[TrajectoryReady]:
@@ -214,3 +215,36 @@ def test_trajectories_arriving_during_training_are_staged_and_their_slots_freed_
     assert [r for r in reports if isinstance(r, CheckpointSaved)]
     trained = [r for r in reports if isinstance(r, TrainingReport)]
     assert trained and trained[-1].env_steps == 2 * learner.cfg.dataset_size
+
+
+def _check(learner, slot: int) -> HandOverCheck:
+    return HandOverCheck(0, slot, int(learner.ledger.hand_overs[slot]), returns_slot=True)
+
+
+def test_a_hand_over_whose_message_was_lost_frees_its_slot_and_sampling_goes_on(learner):
+    """The worker died between the ledger's hand-over and its message: the supervisor's check
+    finds no message for the slot, so the learner lets it go (it was on its way for ever)."""
+    receive(learner.reports, 0.1)
+    lost = learner.finished_slot()  # handed over in the ledger; the message never sent
+    assert learner.ledger.slots_in_flight(0) == 1
+    learner.run([Resume(), _check(learner, lost.slot)])
+    assert receive(learner.free, 0.1) == [lost.slot]
+    assert learner.ledger.slots_in_flight(0) == 0
+    assert learner.worker.stager.filled == 0  # nothing staged from it
+
+
+def test_a_check_behind_its_message_stages_the_slot_once(learner):
+    receive(learner.reports, 0.1)
+    (*rest, last) = learner.a_dataset()
+    reports = learner.run([Resume(), *rest, last, _check(learner, last.slot)])
+    assert [r for r in reports if isinstance(r, TrainingReport)]  # the dataset was whole
+    assert sorted(receive(learner.free, 0.1)) == sorted(m.slot for m in (*rest, last))
+
+
+def test_a_check_of_an_earlier_hand_over_of_the_slot_is_ignored(learner):
+    receive(learner.reports, 0.1)
+    slot = learner.finished_slot().slot
+    stale = _check(learner, slot)._replace(hand_over=int(learner.ledger.hand_overs[slot]) - 1)
+    learner.run([Resume(), stale])
+    assert receive(learner.free, 0.1) == []
+    assert learner.ledger.slots_in_flight(0) == 1  # still this hand-over's, still awaited

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from sampleforge.checkpoint.experiment_dir import prepare_experiment
-from sampleforge.comms.messages import ResendRequests, Resume, Stop
+from sampleforge.comms.messages import HandOverCheck, ResendRequests, Resume, Stop
 from sampleforge.comms.queues import receive
 from sampleforge.components import supervisor as supervisor_module
 from sampleforge.components.supervisor import QUARANTINE_SEC, ComponentDied, Supervisor
@@ -150,6 +150,23 @@ def test_dead_rollout_worker_is_replaced_after_the_quarantine_by_the_next_genera
     assert receive(wiring.rollout_inboxes[1][0], 0.0) == []
     sup.check()
     assert len(host.started) == 1  # started once
+
+
+def test_a_dead_worker_s_unread_hand_overs_are_checked_with_their_readers(run):
+    """A worker killed between the ledger's hand-over and its messages: after the quarantine
+    the learner yet to copy the slot is asked about that hand-over (`HandOverCheck`); a slot
+    already copied, or handed over by another worker, is not asked about."""
+    wiring, ledger = run.wiring, run.wiring.ledger
+    lost, copied, others = wiring.slots.acquire(1), wiring.slots.acquire(1), wiring.slots.acquire(0)
+    for slot, worker in ((lost, 1), (copied, 1), (others, 0)):
+        wiring.buffer.policy_ids[slot] = 0
+        wiring.slots.hand_over(slot, readers=[0], worker=worker)
+    wiring.slots.copied(copied, 0)
+    run.host.die("rollout_worker_1")
+    run.supervisor.check()
+    run.wait_quarantine()
+    checks = receive(wiring.learner_inboxes[0], 0.1)
+    assert checks == [HandOverCheck(0, lost, int(ledger.hand_overs[lost]), returns_slot=True)]
 
 
 def test_a_replacement_outside_training_is_not_resumed(run):

@@ -203,3 +203,33 @@ def test_a_handle_in_another_process_shares_the_state(pool):
     assert process.exitcode == 0
     (taken,) = [s for s, w in enumerate(pool.ledger.slot_owners.tolist()) if w == 1]
     assert sorted(_free(pool)) == sorted(set(range(SLOTS)) - {taken})
+
+
+def test_a_dead_worker_s_unread_hand_overs_are_listed_with_their_count_and_readers(pool):
+    """What the supervisor asks the learners about (`HandOverCheck`): slots the dead worker
+    handed over that some reader has not copied; not another worker's, not read ones."""
+    ledger = pool.ledger
+    read, unread, others = (pool.acquire(worker=w) for w in (1, 1, 0))
+    for slot, worker in ((read, 1), (unread, 1), (others, 0)):
+        pool.hand_over(slot, readers=[0, 1], worker=worker)
+    pool.copied(read, policy=0)
+    pool.copied(read, policy=1)
+    pool.copied(unread, policy=1)  # policy 1 got its message; policy 0 has not
+    assert ledger.unread_hand_overs(1) == [(unread, 1, [0])]
+    assert ledger.unread_hand_overs(0) == [(others, 1, [0, 1])]
+    assert pool.release_copied([read]) == []
+    while (again := pool.acquire(worker=1)) != read:  # the queue's order decides
+        pass
+    pool.hand_over(again, readers=[0], worker=1)  # the count tells this hand-over from the last
+    assert (read, 2, [0]) in ledger.unread_hand_overs(1)
+
+
+def test_a_slot_freed_with_its_reader_flags_set_is_no_longer_on_its_way():
+    """A worker killed after setting the flags but before the hand-over: reclaim frees the
+    slot, and it must stop counting as in flight to the learner."""
+    ledger = SamplerLedger(num_workers=1, num_slots=SLOTS, num_policies=1)
+    ledger.take(2, 0)
+    ledger._np("slot_readers")[2, 0] = 1  # the first half of hand_over
+    assert ledger.slots_in_flight(0) == 2  # being filled, and "to be read"
+    ledger.release(2)
+    assert ledger.slots_in_flight(0) == 0
