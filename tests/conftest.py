@@ -1,7 +1,7 @@
-"""How tests share the machine when the suite runs in parallel (pytest-xdist, `-n 2`: the
+"""How tests share the machine when the suite runs in parallel (pytest-xdist, `-n 3`: the
 README's test command).
 
-Most tests spend much of their time waiting on other processes, so two at a time finish the
+Most tests spend much of their time waiting on other processes, so three at a time finish the
 suite sooner. Tests marked `exclusive` (wall-clock bounds, load and throughput measurements,
 checks on what the whole machine holds) run with the machine to themselves: every test holds
 a shared lock on one file for its whole run (setup, including session fixtures it triggers,
