@@ -9,7 +9,7 @@ call and teardown), an exclusive test an exclusive one. A waiting exclusive test
 gate that new tests pass through, so it waits only for the tests already running.
 
 The exclusive tests are collected first, as one block, and a worker keeps its exclusive lock
-from one exclusive test to the next: otherwise the other worker slips a test in between each
+from one exclusive test to the next: otherwise another worker slips a test in between each
 two, and every exclusive test waits for that one (a minute, if it is a learning test).
 """
 
