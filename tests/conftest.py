@@ -1,7 +1,7 @@
-"""How tests share the machine when the suite runs in parallel (pytest-xdist, `-n 3`: the
+"""How tests share the machine when the suite runs in parallel (pytest-xdist, `-n 2`: the
 README's test command).
 
-Most tests spend much of their time waiting on other processes, so three at a time finish the
+Most tests spend much of their time waiting on other processes, so two at a time finish the
 suite sooner. Tests marked `exclusive` (wall-clock bounds, load and throughput measurements,
 checks on what the whole machine holds) run with the machine to themselves: every test holds
 a shared lock on one file for its whole run (setup, including session fixtures it triggers,
@@ -9,7 +9,7 @@ call and teardown), an exclusive test an exclusive one. A waiting exclusive test
 gate that new tests pass through, so it waits only for the tests already running.
 
 The exclusive tests are collected first, as one block, and a worker keeps its exclusive lock
-from one exclusive test to the next: otherwise another worker slips a test in between each
+from one exclusive test to the next: otherwise the other worker slips a test in between each
 two, and every exclusive test waits for that one (a minute, if it is a learning test).
 """
 
