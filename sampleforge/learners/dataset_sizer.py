@@ -21,7 +21,7 @@ them a new size, between datasets.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 # Datasets a decision looks back over: enough that one slow rollout does not decide it.
@@ -45,9 +45,11 @@ class DatasetSizer:
     largest: int
     followers: Sequence[SizedByTrajectories] = ()
     trajectories: int = 0
-    _busy: list[float] = field(default_factory=list)
-    _waited: list[float] = field(default_factory=list)
-    _at_cap: list[bool] = field(default_factory=list)
+    # The window so far: datasets noted, seconds busy and waiting, whether all were at the cap.
+    _noted: int = 0
+    _busy: float = 0.0
+    _waited: float = 0.0
+    _at_cap: bool = True
 
     def __post_init__(self) -> None:
         if not 0 < self.smallest <= self.largest:
@@ -57,16 +59,15 @@ class DatasetSizer:
     def dataset_trained(self, busy_seconds: float, waited_seconds: float, lead_at_cap: bool) -> int:
         """Note one dataset: the learner's time training on it, its wait for it, and whether the
         lead was at its cap as training ended. Returns the size of the datasets to come."""
-        self._busy.append(busy_seconds)
-        self._waited.append(waited_seconds)
-        self._at_cap.append(lead_at_cap)
-        if len(self._busy) < WINDOW:
+        self._noted += 1
+        self._busy += busy_seconds
+        self._waited += waited_seconds
+        self._at_cap &= lead_at_cap
+        if self._noted < WINDOW:
             return self.trajectories
-        waited, busy = sum(self._waited), sum(self._busy)
-        lag_bound = all(self._at_cap) and waited > GROW_WAIT_SHARE * (waited + busy)
-        self._busy.clear()
-        self._waited.clear()
-        self._at_cap.clear()
+        waited, busy = self._waited, self._busy
+        lag_bound = self._at_cap and waited > GROW_WAIT_SHARE * (waited + busy)
+        self._noted, self._busy, self._waited, self._at_cap = 0, 0.0, 0.0, True
         if lag_bound and self.trajectories < self.largest:
             self.trajectories = min(2 * self.trajectories, self.largest)
             for follower in self.followers:
