@@ -4,12 +4,17 @@
     python benchmarks/learning_curves.py --env atari_breakout --seeds 1 --frames 2000000
     python benchmarks/learning_curves.py --env HalfCheetah-v5 --seeds 1 2 3 --frames 1000000
     python benchmarks/learning_curves.py --env atari_pong --seeds 2 --minutes 100 --resume
+    python benchmarks/learning_curves.py --env atari_pong --algorithm pqn --seeds 1
+    python benchmarks/learning_curves.py --env atari_pong --algorithm pqn --seeds 1 \
+        --peer sb3_dqn --peer_minutes 60
 
-Each seed trains `sampleforge train --env ENV` with nothing but the seed and the budget given
-(the env family's settings), one after another on the whole machine. Prints, per seed, the
+Each seed trains `sampleforge train --env ENV --algorithm ALGORITHM` with nothing but the seed
+and the budget given (the env family's settings for that algorithm), one after another on the whole machine. Prints, per seed, the
 frames and wall time at which the mean return (last 100 episodes) first reached each target
 (default: the references' returns), and draws both curves into `--out/<env>_curves.png` next
-to the reference points below.
+to the reference points below. With `--peer sb3_dqn` (Atari), Stable-Baselines3's DQN with RL
+Zoo's settings then runs each seed in its own virtualenv for at most `--peer_minutes`
+(`benchmarks/atari_peer.py`), and is timed and drawn beside ours.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from atari_peer import read_reports, run_sb3_dqn
 
 from sampleforge.cli.signals import exit_code_of
 from sampleforge.components.runner import Runner
@@ -110,16 +117,42 @@ REFERENCES: dict[str, list[Reference]] = {
     "Walker2d-v5": [_cleanrl("ppo_continuous_action.py", 1e6, 3050.09)],
     "doom_defend_the_center": _SF_DEFEND_THE_CENTER,
 }
+# The other algorithms' published figures, by (env, algorithm). PQN: the final returns issue 37
+# cites for CleanRL's pqn_atari_envpool.py (Gallici et al. 2024), after 10M agent steps (40M
+# frames).
+ALGORITHM_REFERENCES: dict[tuple[str, str], list[Reference]] = {
+    ("atari_pong", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 20.5)],
+    ("atari_breakout", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 385.0)],
+}
+
+
+def references_of(env: str, algorithm: str) -> list[Reference]:
+    """The reference points drawn next to `algorithm`'s runs on `env`."""
+    if algorithm == "appo":
+        return REFERENCES.get(env, [])
+    return ALGORITHM_REFERENCES.get((env, algorithm), [])
+
+
+def run_name(env: str, algorithm: str, seed: int) -> str:
+    """The experiment folder of one seed (APPO's runs keep their older, shorter names)."""
+    return f"{env}_seed{seed}" if algorithm == "appo" else f"{env}_{algorithm}_seed{seed}"
 
 
 def train_seed(
-    env: str, seed: int, frames: int, minutes: float | None, train_dir: Path, resume: bool
+    env: str,
+    algorithm: str,
+    seed: int,
+    frames: int,
+    minutes: float | None,
+    train_dir: Path,
+    resume: bool,
 ) -> Path:
     cfg = make_config(
         env=env,
+        algorithm=algorithm,
         seed=seed,
         train_dir=str(train_dir),
-        experiment=f"{env}_seed{seed}",
+        experiment=run_name(env, algorithm, seed),
         restart_behavior="resume" if resume else "overwrite",
         train_for_env_steps=frames,
         stop_at_mean_return=math.inf,
@@ -140,9 +173,11 @@ def plot(
     output: Path,
     title: str | None = None,
     references: list[Reference] | None = None,
+    peers: dict[str, list[dict]] | None = None,
 ) -> Path:
     """Mean return against frames and wall time of each run in `paths`, next to `references`
-    (default: this env's in REFERENCES); writes `output`."""
+    (default: this env's in REFERENCES) and the `peers`' reports ({label: [{frames,
+    wall_seconds, mean_return}]}); writes `output`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -161,6 +196,15 @@ def plot(
                 ys,
                 color=f"C{index}",
                 label=f"sampleforge, {path.parent.name}/{path.name}",
+            )
+    for index, (label, rows) in enumerate((peers or {}).items()):
+        for ax, x, scale in ((by_frames, "frames", 1e6), (by_time, "wall_seconds", 60.0)):
+            ax.plot(
+                [r[x] / scale for r in rows],
+                [r["mean_return"] for r in rows],
+                color=f"C{len(paths) + index}",
+                linestyle="--",
+                label=label,
             )
     for ref in REFERENCES.get(env, []) if references is None else references:
         # A point far beyond the runs would only squash their curves: the legend names it.
@@ -189,6 +233,7 @@ def plot(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--env", default="atari_breakout")
+    parser.add_argument("--algorithm", default="appo", help="any of `sampleforge train`'s")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--frames", type=int, default=10_000_000)
     parser.add_argument("--minutes", type=float, default=None, help="cap on each run")
@@ -217,31 +262,83 @@ def main() -> None:
         default=[],
         help="run folders from elsewhere (an earlier family, a variant) to time and draw too",
     )
+    parser.add_argument("--peer", choices=["none", "sb3_dqn"], default="none")
+    parser.add_argument(
+        "--peer_minutes", type=float, default=60.0, help="wall-time cap on each peer run"
+    )
+    parser.add_argument(
+        "--peer_venv", type=Path, default=Path.home() / ".cache/sampleforge-peers/sb3"
+    )
     args = parser.parse_args()
-    paths = [args.train_dir / f"{args.env}_seed{seed}" for seed in args.seeds]
+    names = [run_name(args.env, args.algorithm, seed) for seed in args.seeds]
+    paths = [args.train_dir / name for name in names]
     if not args.plot_only:
         paths = [
-            train_seed(args.env, seed, args.frames, args.minutes, args.train_dir, args.resume)
+            train_seed(
+                args.env,
+                args.algorithm,
+                seed,
+                args.frames,
+                args.minutes,
+                args.train_dir,
+                args.resume,
+            )
             for seed in args.seeds
         ]
     paths += args.also
-    targets = args.targets or sorted(
-        {score for ref in REFERENCES.get(args.env, []) for _, score, _ in ref.points}
-    )
-    for path in paths:
-        run, cells = read_run(path), []
-        for target in targets:
-            reached = first_reach(run, target)
-            cells.append(
-                f"{target:g}: "
-                + (
-                    "not reached"
-                    if reached is None
-                    else f"{reached[0] / 1e6:.2f}M frames, {reached[1] / 60:.1f} min"
+    references = references_of(args.env, args.algorithm)
+    targets = args.targets or sorted({score for ref in references for _, score, _ in ref.points})
+    peers = {}
+    if args.peer != "none":
+        for seed in args.seeds:
+            csv_path = args.train_dir / f"{args.env}_{args.peer}_seed{seed}.csv"
+            if not args.plot_only:
+                run_sb3_dqn(
+                    args.env, seed, args.frames, args.peer_minutes, csv_path, args.peer_venv
                 )
+            peers[f"SB3 DQN (RL Zoo), seed {seed}"] = read_reports(csv_path)
+    for path in paths:
+        run = read_run(path)
+        print(
+            f"{path.parent.name}/{path.name}: "
+            + _reached([first_reach(run, t) for t in targets], targets)
+        )
+    for label, rows in peers.items():
+        print(f"{label}: " + _reached([_peer_reach(rows, t) for t in targets], targets))
+        if rows:
+            last = rows[-1]
+            print(
+                f"  at its cap: {last['mean_return']:.2f} after {last['frames'] / 1e6:.2f}M "
+                f"frames, {last['wall_seconds'] / 60:.1f} min"
             )
-        print(f"{path.parent.name}/{path.name}: " + "; ".join(cells))
-    print(f"wrote {plot(args.env, paths, args.out / f'{args.env}_curves.png')}")
+    stem = args.env if args.algorithm == "appo" else f"{args.env}_{args.algorithm}"
+    title = f"{args.env}, {args.algorithm}: family defaults"
+    print(
+        f"wrote {plot(args.env, paths, args.out / f'{stem}_curves.png', title, references, peers)}"
+    )
+
+
+def _reached(reaches: list[tuple[float, float] | None], targets: list[float]) -> str:
+    """'target: frames, minutes' of each target, from its (frames, seconds) or None."""
+    cells = []
+    for target, reached in zip(targets, reaches):
+        cells.append(
+            f"{target:g}: "
+            + (
+                "not reached"
+                if reached is None
+                else f"{reached[0] / 1e6:.2f}M frames, {reached[1] / 60:.1f} min"
+            )
+        )
+    return "; ".join(cells)
+
+
+def _peer_reach(rows: list[dict], target: float) -> tuple[float, float] | None:
+    """(frames, wall seconds) of a peer's first report at or above `target`, or None."""
+    for row in rows:
+        if row["mean_return"] >= target:
+            return row["frames"], row["wall_seconds"]
+    return None
 
 
 if __name__ == "__main__":

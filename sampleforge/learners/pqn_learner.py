@@ -51,6 +51,14 @@ from sampleforge.models.q_policy import QPolicy
 HYPERPARAMETERS = ("learning_rate", "adam_beta1")
 _NOT_APPLICABLE = ("entropy_coeff",)
 
+# The mean policy lag, in datasets, that PQN's measured sampling lead may reach (see
+# learners/sampling_gate.py). Its targets come from the learner's current network (step 1), not
+# from the behaviour policy's values, so data one dataset old costs it little; and a lead of a
+# whole dataset is what lets the next dataset's sampling overlap the many SGD steps of this one.
+# With the actor-critic's lag target (10 SGD steps: a lead of 4 at 16 steps a dataset) PQN's
+# learner waited for data 36% of an Atari run on 2 cores.
+PQN_LAG_TARGET_DATASETS = 1.0
+
 
 class PQNLearner:
     """A PQN policy's training state and update rule (see the module docstring)."""

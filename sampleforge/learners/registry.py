@@ -33,7 +33,7 @@ from sampleforge.learners.actor_critic import ActorCriticLearner, actor_critic_s
 from sampleforge.learners.batcher import Batcher
 from sampleforge.learners.continuous_learner import ContinuousLearner
 from sampleforge.learners.dataset_sizer import DatasetSizer
-from sampleforge.learners.pqn_learner import PQNLearner
+from sampleforge.learners.pqn_learner import PQN_LAG_TARGET_DATASETS, PQNLearner
 from sampleforge.learners.probe_data import fill_replay, random_dataset
 from sampleforge.learners.protocols import GatesSampling, StagesData, Trains
 from sampleforge.learners.replay_gate import ReplayRatioGate
@@ -68,9 +68,12 @@ class LearnerSite:
     slots: SlotPool
 
 
-def _fresh_trajectory_parts(cfg: Config, site: LearnerSite, learner: Trains) -> LearnerParts:
+def _fresh_trajectory_parts(
+    cfg: Config, site: LearnerSite, learner: Trains, lag_target_datasets: float = 0.0
+) -> LearnerParts:
     """`learner` with a batcher of datasets of whole fresh trajectories and sampling gated by
-    the policy lag (the on-policy families: actor-critic, PQN)."""
+    the policy lag (the on-policy families: actor-critic, PQN); `lag_target_datasets`: see
+    SamplingGate."""
     stager = Batcher(
         site.buffer,
         site.slots,
@@ -91,6 +94,7 @@ def _fresh_trajectory_parts(cfg: Config, site: LearnerSite, learner: Trains) -> 
         site.buffer.layout.rows_per_slot,
         learner.sgd_steps_per_dataset,
         lead,
+        lag_target_datasets=lag_target_datasets,
     )
     sizer = None
     if cfg.max_batch_size is not None:
@@ -117,7 +121,7 @@ def _make_pqn(cfg: Config, site: LearnerSite) -> LearnerParts:
     """PQN: Q(lambda) on datasets of fresh trajectories, as the actor-critic's (no replay)."""
     model = make_q_policy(cfg, site.observation_space, site.action_space)
     learner = PQNLearner(cfg, model, site.device, site.frameskip, site.policy_id)
-    return _fresh_trajectory_parts(cfg, site, learner)
+    return _fresh_trajectory_parts(cfg, site, learner, PQN_LAG_TARGET_DATASETS)
 
 
 # Updates one `train` call makes at most before the learner worker looks at its inbox again.

@@ -19,9 +19,10 @@ more steps before the learner needed it, the lead shrinks by one, and when whole
 were found waiting as training started, by a dataset's steps each. Feedback rather than a
 model of sampling speed, because on a small machine sampling slows down while the learner
 trains and speeds up while it waits. A measured lead never exceeds what the trajectory slots
-can hold, nor `measured_lead_bound`: what would take the mean lag past `MEAN_LAG_TARGET`, or
-past 1.25 times the lag a dataset's own epochs make where that is larger. Where the learner
-is the slow part, that costs some speed (set the lead explicitly to trade lag for speed).
+can hold, nor `measured_lead_bound`: what would take the mean lag past `MEAN_LAG_TARGET` (or
+the learner's own target, `lag_target_datasets` of its datasets, where that is larger), or past
+1.25 times the lag a dataset's own epochs make where that is larger. Where the learner is the
+slow part, that costs some speed (set the lead explicitly to trade lag for speed).
 
 Must not: touch the batcher, the queues or the model (the learner worker feeds it numbers).
 """
@@ -58,8 +59,12 @@ class SamplingGate:
         sgd_steps_per_dataset: int,
         lead_sgd_steps: int | None,
         clock: Callable[[], float] = time.monotonic,
+        lag_target_datasets: float = 0.0,
     ):
+        """`lag_target_datasets`: the mean lag a measured lead may reach, in the learner's
+        datasets (SGD steps per dataset x this), where that exceeds MEAN_LAG_TARGET."""
         self.ledger = ledger
+        self.lag_target_datasets = lag_target_datasets
         self.policy_id = policy_id
         self.dataset_trajectories = dataset_trajectories
         self.rows_per_slot = rows_per_slot
@@ -83,7 +88,9 @@ class SamplingGate:
         datasets = max(1, self.ledger.num_slots // dataset_slots - 1)
         bound = self.sgd_steps_per_dataset * datasets
         if self.measured:
-            bound = min(bound, measured_lead_bound(self.sgd_steps_per_dataset))
+            bound = min(
+                bound, measured_lead_bound(self.sgd_steps_per_dataset, self.lag_target_datasets)
+            )
         return bound
 
     def set_sgd_steps_per_dataset(self, steps: int) -> None:
@@ -183,11 +190,13 @@ class SamplingGate:
         self.lead = max(0, min(self.lead, self.max_lead))
 
 
-def measured_lead_bound(sgd_steps_per_dataset: int) -> int:
+def measured_lead_bound(sgd_steps_per_dataset: int, lag_target_datasets: float = 0.0) -> int:
     """The largest measured lead: the mean lag, about (S + lead) / 2, stays within
-    MEAN_LAG_TARGET, or within 1.25 times the S / 2 a dataset's own epochs make."""
+    MEAN_LAG_TARGET (or `lag_target_datasets` x S where larger), or within 1.25 times the S / 2
+    a dataset's own epochs make."""
     s = sgd_steps_per_dataset
-    return max(0, 2 * MEAN_LAG_TARGET - s, s // 4)
+    target = max(MEAN_LAG_TARGET, lag_target_datasets * s)
+    return max(0, int(2 * target) - s, s // 4)
 
 
 def _running_mean(mean: float | None, x: float) -> float:

@@ -200,6 +200,20 @@ def test_a_measured_lead_stops_at_the_mean_lag_target(monkeypatch):
     assert fixed.lead_at_cap
 
 
+def test_a_learner_s_own_lag_target_lets_the_measured_lead_overlap_a_whole_dataset(monkeypatch):
+    """PQN tolerates a lag of one dataset: where the actor-critic's target stops the lead at
+    4 (the learner then waits), its lead grows to what the sampling needs."""
+    monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
+    ledger = SamplerLedger(1, num_slots=6, num_policies=1)
+    clock = Clock()
+    gate = SamplingGate(ledger, 0, DATASET, ROWS, STEPS, None, clock=clock, lag_target_datasets=1)
+    assert gate.max_lead == STEPS  # mean lag (16 + 16) / 2: one dataset
+    for _ in range(4):
+        _one_dataset(gate, ledger, clock, 0.25, 2.0)  # sampling takes 8 steps
+    assert gate.lead == 8 and not gate.lead_at_cap
+    assert not _one_dataset(gate, ledger, clock, 0.25, 2.0)[1]  # the learner no longer waits
+
+
 def test_the_learner_s_waits_for_data_are_summed_and_the_cap_is_only_reached_by_waiting():
     gate, ledger, clock = _gate(lead=None)
     assert gate.waited_seconds == 0.0 and not gate.lead_at_cap
@@ -224,6 +238,13 @@ def test_the_learner_s_waits_for_data_are_summed_and_the_cap_is_only_reached_by_
 def test_the_measured_lead_bound_keeps_the_mean_lag_near_its_target(monkeypatch, steps, bound):
     monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
     assert sampling_gate.measured_lead_bound(steps) == bound
+
+
+@pytest.mark.parametrize("steps, bound", [(4, 16), (16, 16), (64, 64)])
+def test_a_lag_target_of_one_dataset_bounds_the_lead_by_a_dataset(monkeypatch, steps, bound):
+    """Mean lag (S + lead) / 2 within max(10, S): a lead of S once S passes 10."""
+    monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
+    assert sampling_gate.measured_lead_bound(steps, lag_target_datasets=1.0) == bound
 
 
 def test_fewer_steps_per_dataset_cut_the_measured_lead_and_what_it_asks_for(monkeypatch):
