@@ -139,9 +139,9 @@ PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "reward_scale": 1.0,
     },
     # The atari_* games: CleanRL's pqn_atari_envpool.py (Gallici et al. 2024): 8 envs x 128
-    # steps per dataset, RAdam at lr 2.5e-4 decayed linearly, epsilon to 0.01 over the first
-    # tenth of the budget, lambda 0.65, LayerNorm after every conv and linear layer of the Nature
-    # network, pixels / 255. The minibatches are the paper's Atari ones (2 epochs of minibatches
+    # steps per dataset, RAdam at lr 2.5e-4 decayed linearly, epsilon to 0.01 over 1M frames (a
+    # tenth of a 10M-frame budget), lambda 0.65, LayerNorm after every conv and linear layer of
+    # the Nature network, pixels / 255. The minibatches are the paper's Atari ones (2 epochs of minibatches
     # of 128, not CleanRL's 4 epochs of 256): the same 16 SGD steps per 1,024 samples at half
     # the learner's compute, which on a CPU is most of the cost (a step of 256 takes 263 ms on
     # one core here, 90% of it the convolutions).
