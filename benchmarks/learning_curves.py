@@ -9,10 +9,10 @@
         --peer sb3_dqn --peer_minutes 60
 
 Each seed trains `sampleforge train --env ENV --algorithm ALGORITHM` with nothing but the seed
-and the budget given (the env family's settings for that algorithm), one after another on the whole machine. Prints, per seed, the
-frames and wall time at which the mean return (last 100 episodes) first reached each target
-(default: the references' returns), and draws both curves into `--out/<env>_curves.png` next
-to the reference points below. With `--peer sb3_dqn` (Atari), Stable-Baselines3's DQN with RL
+and the budget given (the env family's settings for that algorithm), one after another on the
+whole machine. Prints, per seed, the frames and wall time at which the mean return (last 100
+episodes) first reached each target (default: the references' returns), and draws both curves
+into `--out/<env>[_<algorithm>]_curves.png` next to the reference points below. With `--peer sb3_dqn` (Atari), Stable-Baselines3's DQN with RL
 Zoo's settings then runs each seed in its own virtualenv for at most `--peer_minutes`
 (`benchmarks/atari_peer.py`), and is timed and drawn beside ours.
 """
@@ -270,8 +270,7 @@ def main() -> None:
         "--peer_venv", type=Path, default=Path.home() / ".cache/sampleforge-peers/sb3"
     )
     args = parser.parse_args()
-    names = [run_name(args.env, args.algorithm, seed) for seed in args.seeds]
-    paths = [args.train_dir / name for name in names]
+    paths = [args.train_dir / run_name(args.env, args.algorithm, seed) for seed in args.seeds]
     if not args.plot_only:
         paths = [
             train_seed(
