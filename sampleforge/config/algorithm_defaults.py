@@ -139,7 +139,8 @@ PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "reward_scale": 1.0,
     },
     # The atari_* games: CleanRL's pqn_atari_envpool.py (Gallici et al. 2024): 8 envs x 128
-    # steps per dataset, RAdam at lr 2.5e-4 decayed linearly, epsilon to 0.01 over 1M frames (a
+    # steps per dataset, RAdam at lr 2.5e-4 decayed linearly over CleanRL's 10M agent steps
+    # (40M frames, so a 10M-frame run keeps its rates), epsilon to 0.01 over 1M frames (a
     # tenth of a 10M-frame budget), lambda 0.65, LayerNorm after every conv and linear layer of
     # the Nature network, pixels / 255. The minibatches are the paper's Atari ones (2 epochs of minibatches
     # of 128, not CleanRL's 4 epochs of 256): the same 16 SGD steps per 1,024 samples at half
@@ -154,6 +155,7 @@ PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "num_epochs": 2,
         "learning_rate": 2.5e-4,
         "lr_schedule": "linear",
+        "lr_decay_env_steps": 40_000_000,
         "q_lambda": 0.65,
         "exploration_env_steps": 1_000_000,
         "epsilon_end": 0.01,

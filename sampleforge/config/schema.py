@@ -319,7 +319,13 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
     learning_rate: float = option(2e-3, "Adam learning rate (paper: 1e-4 for VizDoom).", "learner")
     lr_schedule: LrSchedule = option(
         "constant",
-        "Learning-rate schedule: constant, or linear decay to 0 at train_for_env_steps.",
+        "Learning-rate schedule: constant, or linear decay to 0 at lr_decay_env_steps.",
+        "learner",
+    )
+    lr_decay_env_steps: int = option(
+        0,
+        "Env steps over which the linear schedule decays the rate to 0 (0: train_for_env_steps). "
+        "A horizon past the budget keeps a published schedule's rates in a shorter run.",
         "learner",
     )
     adam_beta1: float = option(0.9, "Adam beta1.", "learner")

@@ -234,7 +234,12 @@ _POSITIVE_INTS = (
     "num_critics",
     "policy_delay",
 )
-_NON_NEGATIVE_INTS = ("num_frozen_opponents", "random_action_steps", "batch_renorm_warmup")
+_NON_NEGATIVE_INTS = (
+    "num_frozen_opponents",
+    "random_action_steps",
+    "batch_renorm_warmup",
+    "lr_decay_env_steps",
+)
 # A categorical support needs two atoms to span [v_min, v_max]; FQF's proposal two fractions
 # to place a quantile between 0 and 1.
 _AT_LEAST_TWO_INTS = ("num_atoms", "num_fractions")

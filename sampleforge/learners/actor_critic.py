@@ -41,6 +41,7 @@ from sampleforge.learners.optimization import (
     average_and_clip,
     load_model,
     raise_unless_finite,
+    schedule_progress,
     set_scheduled_learning_rate,
     step_unless_non_finite,
 )
@@ -363,7 +364,7 @@ class ActorCriticLearner:
             self.optimizer,
             self.hyperparameters["learning_rate"],
             self.cfg.lr_schedule,
-            self.env_steps / self.cfg.train_for_env_steps,
+            schedule_progress(self.cfg, self.env_steps),
         )
 
     # --- population-based training --------------------------------------------------------------

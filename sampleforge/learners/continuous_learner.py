@@ -51,6 +51,7 @@ from sampleforge.learners.optimization import (
     make_adam,
     polyak_update,
     raise_unless_finite,
+    schedule_progress,
     set_scheduled_learning_rate,
     step_unless_non_finite,
 )
@@ -310,7 +311,7 @@ class ContinuousLearner(ReplayLearning):
         )
 
     def _set_learning_rates(self) -> None:
-        progress = self.env_steps / self.cfg.train_for_env_steps
+        progress = schedule_progress(self.cfg, self.env_steps)
         schedule = self.cfg.lr_schedule
         set_scheduled_learning_rate(self.critic_optimizer, self.learning_rate, schedule, progress)
         set_scheduled_learning_rate(

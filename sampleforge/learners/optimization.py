@@ -93,11 +93,17 @@ def raise_unless_finite(model: nn.Module, optimizer: torch.optim.Optimizer) -> N
         )
 
 
+def schedule_progress(cfg: Config, env_steps: int) -> float:
+    """How far the learning-rate schedule has run: env steps over its horizon,
+    `lr_decay_env_steps`, or the budget `train_for_env_steps` when that is 0."""
+    return env_steps / (cfg.lr_decay_env_steps or cfg.train_for_env_steps)
+
+
 def set_scheduled_learning_rate(
     optimizer: torch.optim.Optimizer, base: float, schedule: str, progress: float
 ) -> None:
     """Every param group's rate: `base`, or with the linear schedule `base` decayed to 0 as
-    `progress` (env steps over the budget) reaches 1."""
+    `progress` (`schedule_progress`) reaches 1."""
     lr = base * max(0.0, 1.0 - progress) if schedule == "linear" else base
     for group in optimizer.param_groups:
         group["lr"] = lr

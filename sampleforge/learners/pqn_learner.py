@@ -38,6 +38,7 @@ from sampleforge.learners.optimization import (
     average_and_clip,
     load_model,
     raise_unless_finite,
+    schedule_progress,
     set_scheduled_learning_rate,
     step_unless_non_finite,
 )
@@ -209,7 +210,7 @@ class PQNLearner:
             self.optimizer,
             self.hyperparameters["learning_rate"],
             self.cfg.lr_schedule,
-            self._env_steps / self.cfg.train_for_env_steps,
+            schedule_progress(self.cfg, self._env_steps),
         )
 
     def _new_optimizer(self) -> torch.optim.Optimizer:

@@ -38,6 +38,7 @@ from sampleforge.learners.optimization import (
     make_adam,
     polyak_update,
     raise_unless_finite,
+    schedule_progress,
     set_scheduled_learning_rate,
     step_unless_non_finite,
 )
@@ -238,7 +239,7 @@ class ValueLearner(ReplayLearning):
             self.optimizer,
             self.learning_rate,
             self.cfg.lr_schedule,
-            self.env_steps / self.cfg.train_for_env_steps,
+            schedule_progress(self.cfg, self.env_steps),
         )
 
     def _trained_parameters(self) -> list[nn.Parameter]:

@@ -199,3 +199,17 @@ def test_unknown_hyperparameter_is_refused_and_known_ones_apply(make_dataset):
     assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(5e-4)
     with pytest.raises(KeyError, match="clip_coeff"):
         learner.set_hyperparameters({"clip_coeff": 0.1})
+
+
+@pytest.mark.parametrize(
+    "horizon, expected", [(0, 1e-3 * (1 - 32 / 64)), (128, 1e-3 * (1 - 32 / 128))]
+)
+def test_linear_schedule_decays_over_lr_decay_env_steps_or_the_budget(
+    make_dataset, horizon, expected
+):
+    # Each dataset is trained at the rate its env steps so far leave: 32 steps in, half a
+    # 64-step budget, or a quarter of a 128-step horizon set past that budget.
+    learner = _learner(lr_schedule="linear", train_for_env_steps=64, lr_decay_env_steps=horizon)
+    _train(learner, make_dataset())
+    _train(learner, make_dataset())
+    assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(expected)
