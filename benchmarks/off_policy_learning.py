@@ -7,16 +7,20 @@ over env steps and wall time, next to a peer.
         --eval_every 2000 --peer sb3
     python benchmarks/off_policy_learning.py --algorithm sac --env HalfCheetah-v5 \
         --steps 1000000 --seconds 1800 --eval_every 10000 --seeds 1 --peer sb3
+    python benchmarks/off_policy_learning.py --algorithm pqn --env CartPole-v1 --steps 500000 \
+        --stop_at_target --peer cleanrl --cleanrl_script cleanrl/cleanrl/pqn.py
 
 Each seed trains sampleforge's algorithm with its env family's settings (plus `--set k=v`),
 `--eval_every` env steps at a time through the Python API, and after each chunk plays
 `--eval_episodes` deterministic episodes (greedy for a Q-network, the actor's mean for
 continuous control, as RL Zoo's evaluation does). Wall time counts training only (evaluations
 excluded), processes' start included; `--seconds` ends a run at that much training time
-(equal wall time for both systems). With `--peer sb3`, Stable-Baselines3 (or sb3-contrib for
-QR-DQN) runs the same schedule with RL Zoo's tuned settings for the env, in a virtualenv of its
-own that this script creates (`--peer_venv`), one run after the other on the same machine; it
-is never a dependency of sampleforge.
+(equal wall time for both systems), and `--stop_at_target` at its first evaluation at or above
+the target. With `--peer sb3`, Stable-Baselines3 (or sb3-contrib for QR-DQN) runs the same
+schedule with RL Zoo's tuned settings for the env, in a virtualenv of its own that this script
+creates (`--peer_venv`), one run after the other on the same machine; it is never a dependency
+of sampleforge. With `--peer cleanrl` (PQN), CleanRL's `pqn.py` does, unchanged, with its own
+settings (`benchmarks/cleanrl_peer.py`).
 
 Writes `<out>/<algorithm>_<env>.csv` (system, seed, env_steps, wall_seconds, eval_mean) and a
 PNG of both curves, and prints, per system, the median env steps and wall time to the first
@@ -38,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from cleanrl_peer import run_cleanrl_pqn
 
 import sampleforge
 from sampleforge.cli.signals import exit_code_of
@@ -137,7 +142,7 @@ class Evaluate(BaseCallback):
             wall = time.perf_counter() - started - self.spent
             print(json.dumps({"env_steps": self.num_timesteps, "eval_mean": float(mean),
                               "wall_seconds": wall}), flush=True)
-            return wall < job["seconds"]
+            return wall < job["seconds"] and (job["stop_at"] is None or mean < job["stop_at"])
         return True
 
 started = time.perf_counter()
@@ -166,6 +171,8 @@ def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
                 rows.append({"env_steps": model.env_steps, "wall_seconds": wall, "eval_mean": mean})
                 print(f"  sampleforge seed {seed}: {model.env_steps:>8,} steps "
                       f"{wall:7.1f} s  deterministic {mean:8.2f}", flush=True)  # fmt: skip
+                if args.stop_at_target and mean >= args.target:
+                    break
     return rows
 
 
@@ -179,6 +186,7 @@ def peer(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
         "eval_every": args.eval_every,
         "eval_episodes": args.eval_episodes,
         "seconds": args.seconds,
+        "stop_at": args.target if args.stop_at_target else None,
         "settings": _ZOO[(algorithm, env)],
     }
     python = _peer_python(Path(args.peer_venv))
@@ -195,6 +203,22 @@ def peer(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
         print(f"  sb3 seed {seed}: {r['env_steps']:>8,} steps {r['wall_seconds']:7.1f} s  "
               f"deterministic {r['eval_mean']:8.2f}")  # fmt: skip
     return rows
+
+
+def _peer_run(seed: int, args: argparse.Namespace) -> list[dict]:
+    if args.peer == "sb3":
+        return peer(args.algorithm, args.env, seed, args)
+    return run_cleanrl_pqn(
+        args.env,
+        seed,
+        args.steps,
+        args.seconds,
+        args.eval_every,
+        args.eval_episodes,
+        args.target if args.stop_at_target else None,
+        args.cleanrl_script,
+        args.cleanrl_venv,
+    )
 
 
 def _peer_python(venv: Path) -> Path:
@@ -298,8 +322,17 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--target", type=float, default=None)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--peer", choices=["none", "sb3"], default="none")
+    parser.add_argument(
+        "--stop_at_target",
+        action="store_true",
+        help="end each run at its first evaluation >= target",
+    )
+    parser.add_argument("--peer", choices=["none", "sb3", "cleanrl"], default="none")
     parser.add_argument("--peer_venv", default=str(Path.home() / ".cache/sampleforge-peers/sb3"))
+    parser.add_argument("--cleanrl_script", type=Path, help="CleanRL's cleanrl/pqn.py")
+    parser.add_argument(
+        "--cleanrl_venv", type=Path, default=Path.home() / ".cache/sampleforge-peers/cleanrl"
+    )
     parser.add_argument("--out", default="benchmark_results")
     args = parser.parse_args()
     if args.peer == "sb3" and (args.algorithm, args.env) not in _ZOO:
@@ -307,17 +340,18 @@ def main() -> None:
             f"--peer sb3: no RL Zoo settings here for {args.algorithm} on {args.env}; "
             f"known: {', '.join(f'{a} {e}' for a, e in _ZOO)}"
         )
+    if args.peer == "cleanrl" and (args.algorithm != "pqn" or args.cleanrl_script is None):
+        sys.exit("--peer cleanrl: runs CleanRL's pqn.py, for --algorithm pqn with --cleanrl_script")
+    if args.target is None:
+        args.target = _TARGETS.get(args.env, gym.spec(args.env).reward_threshold)
     target = args.target
-    if target is None:
-        target = _TARGETS.get(args.env, gym.spec(args.env).reward_threshold)
     assert target is not None, f"{args.env} has no reward threshold: give --target"
+    peer_name = {"none": None, "sb3": "sb3 (RL Zoo)", "cleanrl": "cleanrl pqn.py"}[args.peer]
     runs: dict[str, dict[int, list[dict]]] = {"sampleforge": {}}
-    if args.peer == "sb3":
-        runs["sb3 (RL Zoo)"] = {}
     for seed in args.seeds:
         runs["sampleforge"][seed] = ours(args.algorithm, args.env, seed, args)
-        if args.peer == "sb3":
-            runs["sb3 (RL Zoo)"][seed] = peer(args.algorithm, args.env, seed, args)
+        if peer_name is not None:
+            runs.setdefault(peer_name, {})[seed] = _peer_run(seed, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.algorithm}_{args.env}"
