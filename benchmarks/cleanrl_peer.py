@@ -17,10 +17,11 @@ CleanRL's published CPU figure.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
+
+from peer_process import run_peer_job
 
 # Runs inside the peer's virtualenv: argv[1] is a JSON job; prints one JSON line per evaluation.
 _HARNESS = r"""
@@ -107,19 +108,7 @@ def run_cleanrl_pqn(
         "stop_at": stop_at,
         "threads": 1,
     }
-    proc = subprocess.run(
-        [str(_cleanrl_python(venv)), "-c", _HARNESS, json.dumps(job)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        sys.exit(f"the CleanRL peer failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    for r in rows:
-        print(f"  cleanrl seed {seed}: {r['env_steps']:>8,} steps {r['wall_seconds']:7.1f} s  "
-              f"greedy {r['eval_mean']:8.2f}")  # fmt: skip
-    return rows
+    return run_peer_job(_cleanrl_python(venv), _HARNESS, job, "cleanrl")
 
 
 def _cleanrl_python(venv: Path) -> Path:

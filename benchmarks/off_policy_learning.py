@@ -43,6 +43,7 @@ from typing import Any
 
 import gymnasium as gym
 from cleanrl_peer import run_cleanrl_pqn
+from peer_process import run_peer_job
 
 import sampleforge
 from sampleforge.cli.signals import exit_code_of
@@ -189,20 +190,7 @@ def peer(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
         "stop_at": args.target if args.stop_at_target else None,
         "settings": _ZOO[(algorithm, env)],
     }
-    python = _peer_python(Path(args.peer_venv))
-    proc = subprocess.run(
-        [str(python), "-c", _PEER_SCRIPT, json.dumps(job)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if proc.returncode != 0:
-        sys.exit(f"the peer failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
-    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    for r in rows:
-        print(f"  sb3 seed {seed}: {r['env_steps']:>8,} steps {r['wall_seconds']:7.1f} s  "
-              f"deterministic {r['eval_mean']:8.2f}")  # fmt: skip
-    return rows
+    return run_peer_job(_peer_python(Path(args.peer_venv)), _PEER_SCRIPT, job, "sb3")
 
 
 def _peer_run(seed: int, args: argparse.Namespace) -> list[dict]:

@@ -1,0 +1,24 @@
+"""A peer's run in its own virtualenv: one process given a JSON job, answering one JSON line
+per evaluation ({env_steps, eval_mean, wall_seconds})."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_peer_job(python: Path, script: str, job: dict, label: str) -> list[dict]:
+    """Runs `script` (source text) under `python` with `job`; returns and prints its
+    evaluations, or exits with the end of its stderr if it fails."""
+    proc = subprocess.run(
+        [str(python), "-c", script, json.dumps(job)], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        sys.exit(f"the {label} peer failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    for r in rows:
+        print(f"  {label} seed {job['seed']}: {r['env_steps']:>8,} steps "
+              f"{r['wall_seconds']:7.1f} s  evaluation {r['eval_mean']:8.2f}")  # fmt: skip
+    return rows
