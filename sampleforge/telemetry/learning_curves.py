@@ -51,12 +51,24 @@ class Run:
     settings: dict
     columns: dict[str, np.ndarray]
 
+    def full_window(self) -> np.ndarray:
+        """Per row: whether its mean return is over a full window of FULL_WINDOW episodes.
+        Rows written before the window's count was logged are taken as full."""
+        counts = self.columns.get(WINDOW_EPISODES)
+        if counts is None:
+            return np.ones(len(next(iter(self.columns.values()), [])), dtype=bool)
+        return ~np.isfinite(counts) | (counts >= FULL_WINDOW)
+
     def series(self, metric: str, x: str) -> tuple[np.ndarray, np.ndarray]:
-        """(x, y) of the rows where both are known, sorted by x."""
+        """(x, y) of the rows where both are known, sorted by x. The mean return leaves out a
+        resume's first rows, whose window refills from a few games, once a full one was seen."""
         if metric not in self.columns or x not in self.columns:
             return np.empty(0), np.empty(0)
         xs, ys = self.columns[x], self.columns[metric]
         keep = np.isfinite(xs) & np.isfinite(ys)
+        if metric == RETURN:
+            full = self.full_window()
+            keep &= full | ~np.logical_or.accumulate(full)
         order = np.argsort(xs[keep], kind="stable")
         return xs[keep][order], ys[keep][order]
 
@@ -80,15 +92,12 @@ def read_run(path: Path | str) -> Run:
 
 def first_reach(run: Run, target: float) -> tuple[float, float] | None:
     """(env steps, wall seconds) of the first report whose mean return over a full window of
-    FULL_WINDOW episodes is at least `target`, or None. Rows written before the window's count
-    was logged are taken as full."""
+    FULL_WINDOW episodes (`Run.full_window`) is at least `target`, or None."""
     steps, returns = run.columns.get("env_steps"), run.columns.get(RETURN)
     seconds = run.columns.get("wall_time")
     if steps is None or returns is None or seconds is None:
         return None
-    counts = run.columns.get(WINDOW_EPISODES, np.full(len(steps), np.nan))
-    full = ~np.isfinite(counts) | (counts >= FULL_WINDOW)
-    keep = np.isfinite(steps) & np.isfinite(returns) & full & (returns >= target)
+    keep = np.isfinite(steps) & np.isfinite(returns) & run.full_window() & (returns >= target)
     if not keep.any():
         return None
     first = np.flatnonzero(keep)[np.argmin(steps[keep])]

@@ -65,6 +65,18 @@ def test_a_score_counts_as_reached_only_over_a_full_window_of_episodes(tmp_path)
     assert first_reach(run, 21.0) is None
 
 
+def test_the_curve_leaves_out_a_resumes_refilling_window_but_not_the_first_one(tmp_path):
+    folder = tmp_path / "resumed"
+    folder.mkdir()
+    (folder / "progress.csv").write_text(
+        "env_steps,wall_time,episode/return_mean,episode/window_episodes\n"
+        "1000,10,-20.0,40\n2000,20,-19.0,100\n3000,5,20.0,3\n4000,15,-18.5,100\n"
+    )
+    xs, ys = read_run(folder).series("episode/return_mean", "env_steps")
+    np.testing.assert_allclose(xs, [1000, 2000, 4000])
+    np.testing.assert_allclose(ys, [-20.0, -19.0, -18.5])
+
+
 def test_first_reach_takes_rows_without_the_window_count_as_full(tmp_path):
     run = read_run(_fake_run(tmp_path / "old", 1, [1, 5, 3]))
     assert first_reach(run, 4.0) == (2000.0, 1.0)
