@@ -50,29 +50,31 @@ def test_wall_time_continues_across_a_resume(tmp_path):
     np.testing.assert_allclose(xs, [5.0, 10.0, 12.0, 14.0])
 
 
-def test_a_score_counts_as_reached_only_over_a_full_window_of_episodes(tmp_path):
-    # A resume at the third row restarts the window: its 16 games average 20 before 100 do.
+def _windowed_run(tmp_path, rows: str):
+    """A run whose rows (env steps, wall time, mean return, games in the window) are `rows`."""
     folder = tmp_path / "resumed"
     folder.mkdir()
-    (folder / "progress.csv").write_text(
-        "env_steps,wall_time,episode/return_mean,episode/window_episodes\n"
-        "1000,10,18.0,100\n2000,20,19.0,100\n3000,5,20.0,16\n4000,15,19.5,60\n"
-        "5000,25,20.5,100\n"
+    header = "env_steps,wall_time,episode/return_mean,episode/window_episodes\n"
+    (folder / "progress.csv").write_text(header + rows)
+    return read_run(folder)
+
+
+def test_a_score_counts_as_reached_only_over_a_full_window_of_episodes(tmp_path):
+    # A resume at the third row restarts the window: its 16 games average 20 before 100 do.
+    run = _windowed_run(
+        tmp_path,
+        "1000,10,18.0,100\n2000,20,19.0,100\n3000,5,20.0,16\n4000,15,19.5,60\n5000,25,20.5,100\n",
     )
-    run = read_run(folder)
     assert first_reach(run, 19.0) == (2000.0, 20.0)
     assert first_reach(run, 20.0) == (5000.0, 45.0)  # wall time goes on across the resume
     assert first_reach(run, 21.0) is None
 
 
 def test_the_curve_leaves_out_a_resumes_refilling_window_but_not_the_first_one(tmp_path):
-    folder = tmp_path / "resumed"
-    folder.mkdir()
-    (folder / "progress.csv").write_text(
-        "env_steps,wall_time,episode/return_mean,episode/window_episodes\n"
-        "1000,10,-20.0,40\n2000,20,-19.0,100\n3000,5,20.0,3\n4000,15,-18.5,100\n"
+    run = _windowed_run(
+        tmp_path, "1000,10,-20.0,40\n2000,20,-19.0,100\n3000,5,20.0,3\n4000,15,-18.5,100\n"
     )
-    xs, ys = read_run(folder).series("episode/return_mean", "env_steps")
+    xs, ys = run.series("episode/return_mean", "env_steps")
     np.testing.assert_allclose(xs, [1000, 2000, 4000])
     np.testing.assert_allclose(ys, [-20.0, -19.0, -18.5])
 
