@@ -324,8 +324,9 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
     )
     lr_decay_env_steps: int = option(
         0,
-        "Env steps over which the linear schedule decays the rate to 0 (0: train_for_env_steps). "
-        "A horizon past the budget keeps a published schedule's rates in a shorter run.",
+        "Env steps over which the linear schedule decays the rate to 0, where it stays (0: "
+        "train_for_env_steps). A horizon past the budget keeps a published schedule's rates in "
+        "a shorter run.",
         "learner",
     )
     adam_beta1: float = option(0.9, "Adam beta1.", "learner")
