@@ -17,11 +17,10 @@ CleanRL's published CPU figure.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
-from peer_process import run_peer_job
+from peer_process import peer_python, run_peer_job
 
 # Runs inside the peer's virtualenv: argv[1] is a JSON job; prints one JSON line per evaluation.
 _HARNESS = r"""
@@ -112,12 +111,5 @@ def run_cleanrl_pqn(
 
 
 def _cleanrl_python(venv: Path) -> Path:
-    """The CleanRL virtualenv's python, made on first use (CPU torch first)."""
-    python = venv / "bin" / "python"
-    if not python.exists():
-        print(f"creating the CleanRL peer's virtualenv in {venv} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(python), "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, "torch==2.13.0"], check=True)
-        subprocess.run([*pip, "gymnasium==0.29.1", "numpy<2", "tyro"], check=True)
-    return python
+    """The CleanRL virtualenv's python, with what CleanRL's pyproject pins for pqn.py."""
+    return peer_python(venv, ["gymnasium==0.29.1", "numpy<2", "tyro"])

@@ -34,7 +34,6 @@ import argparse
 import csv
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,7 +42,7 @@ from typing import Any
 
 import gymnasium as gym
 from cleanrl_peer import run_cleanrl_pqn
-from peer_process import run_peer_job
+from peer_process import peer_python, run_peer_job
 
 import sampleforge
 from sampleforge.cli.signals import exit_code_of
@@ -210,27 +209,9 @@ def _peer_run(seed: int, args: argparse.Namespace) -> list[dict]:
 
 
 def _peer_python(venv: Path) -> Path:
-    """The peer virtualenv's python, made on first use (CPU torch first, then SB3)."""
-    python = venv / "bin" / "python"
-    if not python.exists():
-        print(f"creating the peer's virtualenv in {venv} ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        pip = [str(python), "-m", "pip", "install", "-q"]
-        subprocess.run([*pip, "torch==2.13.0"], check=True)
-        subprocess.run(
-            [
-                *pip,
-                "stable-baselines3==2.9.2",
-                "sb3-contrib==2.9.2",
-                "box2d",
-                "pygame",
-                "mujoco",
-                "imageio",
-                "packaging",
-            ],
-            check=True,
-        )
-    return python
+    """The SB3 peer's python (SB3 and sb3-contrib, with the Box2D and MuJoCo envs)."""
+    packages = ["stable-baselines3==2.9.2", "sb3-contrib==2.9.2", "box2d", "pygame", "mujoco"]
+    return peer_python(venv, [*packages, "imageio", "packaging"])
 
 
 def _api_classes() -> list[type]:
