@@ -7,7 +7,8 @@ virtualenv of its own (never a dependency of sampleforge), one run after the oth
 
 The virtualenv holds what CleanRL's `pyproject.toml` pins for it (gymnasium 0.29.1, so numpy
 below 2) with this machine's torch, and tyro for its command line. A harness executes the
-script as `__main__` with CleanRL's own settings (`--total-timesteps` and `--seed` only) and
+script as `__main__` with CleanRL's own settings (given only `--env-id`, `--seed`,
+`--total-timesteps` and `--no-cuda`) and
 replaces its TensorBoard writer with one that, every `eval_every` env steps (at the end of the
 iteration that crosses the mark, when the script logs its loss), plays `eval_episodes` greedy
 episodes with the script's `q_network` on a separate env, as `off_policy_learning.py` does for
