@@ -29,6 +29,7 @@ from typing import cast
 
 import torch.distributed as dist
 
+from sampleforge.checkpoint.episode_windows import restore_episode_windows, save_episode_windows
 from sampleforge.checkpoint.experiment_dir import lock_experiment, prepare_experiment
 from sampleforge.checkpoint.serial_snapshot import (
     SNAPSHOT_FILENAME,
@@ -73,6 +74,7 @@ from sampleforge.evaluation.schedule import TrainingEvaluation
 from sampleforge.models.factory import check_model_fits_env, make_policy_model, resolve_device
 from sampleforge.pbt.coordinator import PopulationCoordinator
 from sampleforge.telemetry import MetricsWriter, ProgressBar, RunSummary, write_summary
+from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
 from sampleforge.telemetry.run_progress import RunProgress
 from sampleforge.telemetry.status import TrainingStatus
 from sampleforge.telemetry.training_callback import CallbackSchedule, TrainingCallback
@@ -160,6 +162,7 @@ class Runner:
         self._not_started: set[str] = set()  # components that have not reported started yet
         self._final_checkpoints: dict[int, str] = {}  # policy -> its final checkpoint, written
         self._resumed_from: dict[int, str | None] = {}  # policy -> checkpoint its learner loaded
+        self._newest_checkpoints: dict[int, str] = {}  # policy -> its newest checkpoint
         self._closed = False
         self.evaluation: TrainingEvaluation | None = None  # with eval_every_env_steps
         self._callback: CallbackSchedule | None = None  # set during `train`
@@ -207,6 +210,8 @@ class Runner:
             for spec in self.wiring.specs:  # learner first: it publishes the initial weights
                 self.host.start(spec)
             self._wait_started()
+            if self.resume:
+                restore_episode_windows(self.exp.path, self._resumed_from, self._windows())
             self._restore_serial_snapshot()
             self.population.send_current_hyperparameters()
         except BaseException:
@@ -296,6 +301,7 @@ class Runner:
         if snapshot:  # it continues exactly these checkpoints, and no others
             bind_snapshot(self.exp.path / SNAPSHOT_FILENAME, self._final_checkpoints)
         self._drain_reports(0.2)  # statistics the workers flushed when they paused
+        self._save_episode_windows()  # with those statistics, for the final checkpoints
         summary = self._summary(reason, started, training_started, steps_at_start)
         write_summary(self.exp.summary_path, summary)
         return summary
@@ -399,9 +405,10 @@ class Runner:
                 self.population.on_training(msg)
             elif isinstance(msg, LearnerReady):
                 self._resumed_from[msg.policy_id] = msg.resumed_from
-            elif isinstance(msg, CheckpointSaved) and msg.final:
-                self._final_checkpoints[msg.policy_id] = msg.path
-                log.info("final checkpoint of policy %d: %s", msg.policy_id, msg.path)
+                if msg.resumed_from:
+                    self._newest_checkpoints[msg.policy_id] = msg.resumed_from
+            elif isinstance(msg, CheckpointSaved):
+                self._on_checkpoint_saved(msg)
         elif isinstance(msg, ComponentStarted):
             self._not_started.discard(msg.component)
         elif isinstance(msg, PeersFinished):
@@ -453,6 +460,22 @@ class Runner:
         if not self.started:
             self.start()
         self.wiring.send_to_learner(policy_id, [SetHyperparameters(dict(values))])
+
+    def _on_checkpoint_saved(self, msg: CheckpointSaved) -> None:
+        self._newest_checkpoints[msg.policy_id] = msg.path
+        self._save_episode_windows()
+        if msg.final:
+            self._final_checkpoints[msg.policy_id] = msg.path
+            log.info("final checkpoint of policy %d: %s", msg.policy_id, msg.path)
+
+    def _save_episode_windows(self) -> None:
+        if self._writes and len(self._newest_checkpoints) == self.cfg.num_policies:
+            save_episode_windows(self.exp.path, self._newest_checkpoints, self._windows())
+
+    def _windows(self) -> dict[str, EpisodeStatsWindow]:
+        """The episode windows a resume continues: the run's and each policy's."""
+        policies = {f"policy_{p}": window for p, window in self.population.returns.items()}
+        return {"run": self.progress.episodes, **policies}
 
     def _request_checkpoint(self, final: bool, score: bool = True) -> None:
         if not self._writes:

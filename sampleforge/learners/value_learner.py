@@ -164,12 +164,12 @@ class ValueLearner(ReplayLearning):
         self, batch: TDBatch, obs: dict[str, Tensor], next_obs: dict[str, Tensor]
     ) -> TDLoss:
         cfg, online, target = self.cfg, self.network, self.target
-        both = {k: torch.cat([obs[k], next_obs[k]]) for k in obs}
-        features = online.encode(both)
-        n = batch.actions.shape[0]
-        out = online.head_output(features[:n])
+        features = online.encode(obs)
+        out = online.head_output(features)
+        # The next observations apart, without a graph: encoded in one batch with `obs`, the
+        # backward pass would run the encoder over both halves.
         with torch.no_grad():
-            next_online_q = online.head_output(features[n:].detach()).q
+            next_online_q = online(next_obs).q
             next_target = target(next_obs)
         if isinstance(out, CategoricalQOutput):
             assert isinstance(next_target, CategoricalQOutput)
@@ -193,7 +193,7 @@ class ValueLearner(ReplayLearning):
                 batch=batch,
             )
             if isinstance(out, FQFOutput):
-                td = self._with_fraction_loss(td, features[:n], batch.actions)
+                td = self._with_fraction_loss(td, features, batch.actions)
             return td
         target_q_now = None
         if cfg.munchausen:

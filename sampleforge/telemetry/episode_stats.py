@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["EpisodeStatsWindow"]
 
@@ -77,6 +78,32 @@ class EpisodeStatsWindow:
     def best_mean_return(self) -> float | None:
         """Highest window mean seen after any add, or None before the first episode."""
         return self._best_mean_return
+
+    def state_dict(self) -> dict[str, Any]:
+        """The window as plain JSON values (`load_state_dict` takes it back)."""
+        return {
+            "maxlen": self.maxlen,
+            "returns": list(self._returns),
+            "lengths": list(self._lengths),
+            "best_mean_return": self._best_mean_return,
+            "total_episodes": self._total_episodes,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from `state_dict()`'s output; a window of another size keeps the newest
+        episodes that fit. Raises ValueError on a malformed state (and then changes nothing)."""
+        returns = [float(r) for r in state["returns"]]
+        lengths = [float(n) for n in state["lengths"]]
+        best = state["best_mean_return"]
+        total = int(state["total_episodes"])
+        if len(returns) != len(lengths) or total < len(returns):
+            raise ValueError(
+                f"{len(returns)} returns, {len(lengths)} lengths, {total} episodes in all"
+            )
+        self._returns = deque(returns, maxlen=self.maxlen)
+        self._lengths = deque(lengths, maxlen=self.maxlen)
+        self._best_mean_return = None if best is None else float(best)
+        self._total_episodes = total
 
 
 def _mean(values: deque[float]) -> float | None:

@@ -39,9 +39,10 @@ class RunSummary:
     - ``mean_fps``: env steps trained in this run divided by the seconds spent
       training (after every process had started): average throughput.
     - ``mean_return_last_100``: mean undiscounted return of the last 100
-      finished episodes, or null if no episode finished.
+      finished episodes, or null if no episode finished. A resume continues
+      the window of its checkpoint (``checkpoint/episode_windows.py``).
     - ``best_mean_return``: highest value the last-100 mean return reached
-      during the run, or null if no episode finished.
+      during the run (and the runs it resumed), or null if no episode finished.
     - ``mean_policy_lag``: mean policy lag (learner policy version minus the
       version that collected the sample) over trained samples, or null if
       nothing was trained.

@@ -165,19 +165,18 @@ def _lock_word(q) -> tuple[int, int]:
 
 
 def _kill_holding_the_lock_of(pid: int, q, other_queues: list) -> str:
-    """SIGKILL `pid` while it holds `q`'s lock: gdb stops it on entry to pthread_mutex_unlock
-    for that mutex (recognised by the queue's size, 56 bytes before the mutex, which must
-    differ from the sizes of `other_queues`) and kills it there."""
+    """SIGKILL `pid` while it holds `q`'s lock: gdb stops it when it enters faster-fifo's
+    queue_put or queue_get for that queue (recognised by its size, the first field of the
+    queue, which must differ from the sizes of `other_queues`), then at the pthread_mutex_unlock
+    of that queue's mutex, and kills it there. (A breakpoint on pthread_mutex_unlock alone, with
+    the same condition, traps every unlock of a training learner: a minute of gdb round trips.)"""
     gdb = shutil.which("gdb")
     if gdb is None or platform.machine() != "x86_64":
         unavailable("needs gdb on x86_64 to stop a process inside a queue operation")
     _lock_word(q)  # skips on an unknown layout
     if q.max_size_bytes in {o.max_size_bytes for o in other_queues}:
         unavailable("the queue cannot be told apart from the others by its size")
-    condition = (
-        f"*(unsigned long *)($rdi - {_MUTEX_OFFSET}) == {q.max_size_bytes} "
-        "&& *(int *)($rdi + 16) == 128"
-    )
+    this_queue = f"*(unsigned long *)$rdi == {q.max_size_bytes}"
     t0 = time.monotonic()
     gdb_run = subprocess.run(
         [
@@ -193,7 +192,19 @@ def _kill_holding_the_lock_of(pid: int, q, other_queues: list) -> str:
             "-ex",
             "sharedlibrary libc[.]so",
             "-ex",
-            f"break pthread_mutex_unlock if {condition}",
+            "sharedlibrary faster_fifo",
+            "-ex",
+            f"break *_Z9queue_putPvS_PPKvPKmmif if {this_queue}",
+            "-ex",
+            f"break *_Z9queue_getPvS_S_mmmPmS0_S0_if if {this_queue}",
+            "-ex",
+            "continue",
+            "-ex",
+            "set $mutex = $rdi + " + str(_MUTEX_OFFSET),
+            "-ex",
+            "delete",
+            "-ex",
+            "break pthread_mutex_unlock if $rdi == $mutex",
             "-ex",
             "continue",
             "-ex",

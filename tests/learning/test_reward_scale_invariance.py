@@ -4,7 +4,9 @@ Solved means Gymnasium's line scaled the same way: a mean return of 475,000 over
 With `normalize_returns` the critic predicts returns in units of their running statistics, so
 nothing else changes from the CartPole defaults (`reward_scale` stays 1). Without it, the value
 loss is about a million times larger and its gradient swamps the shared encoder's
-(tests/unit/components/test_return_normalization.py shows the scale invariance of one update).
+(tests/unit/learners/test_return_normalization.py shows the scale invariance of one update, in
+CI). A benchmark, not a CI test: about 22 s of the suite's 15 minutes, run with
+`pytest -m benchmark tests/learning/test_reward_scale_invariance.py`.
 """
 
 import pytest
@@ -18,7 +20,7 @@ SOLVED = 475 * SCALE
 BUDGET = 800_000  # CartPole itself, normalised: 277k-500k steps (seeds 1-3)
 
 
-@pytest.mark.slow
+@pytest.mark.benchmark
 @pytest.mark.timeout(300)
 def test_cartpole_with_rewards_times_1000_is_solved_with_return_normalisation(tmp_path):
     name = register_scaled_cartpole("cartpole_rewards_x1000", SCALE)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sampleforge.telemetry import EpisodeStatsWindow
@@ -37,3 +39,33 @@ def test_means_and_best_over_window() -> None:
 def test_mismatched_lengths_rejected() -> None:
     with pytest.raises(ValueError):
         EpisodeStatsWindow().add([1.0], [])
+
+
+def test_state_round_trips_through_json_and_goes_on_counting() -> None:
+    window = EpisodeStatsWindow(maxlen=3)
+    window.add([5.0, 1.0], [50, 10])
+    window.add([2.0, 3.0], [20, 30])  # window [1, 2, 3]; the best, 3, was [5, 1]'s
+    restored = EpisodeStatsWindow(maxlen=3)
+    restored.load_state_dict(json.loads(json.dumps(window.state_dict())))
+    assert restored.state_dict() == window.state_dict()
+    assert restored.best_mean_return == 3.0 and restored.mean_return == 2.0
+    restored.add([6.0], [60])  # window [2, 3, 6]
+    assert restored.mean_return == pytest.approx(11 / 3)
+    assert restored.total_episodes == 5 and restored.count == 3
+
+
+def test_a_smaller_window_keeps_the_newest_episodes() -> None:
+    window = EpisodeStatsWindow(maxlen=4)
+    window.add([1.0, 2.0, 3.0, 4.0], [1, 2, 3, 4])
+    smaller = EpisodeStatsWindow(maxlen=2)
+    smaller.load_state_dict(window.state_dict())
+    assert smaller.mean_return == pytest.approx(3.5) and smaller.total_episodes == 4
+
+
+def test_a_malformed_state_is_refused_and_changes_nothing() -> None:
+    window = EpisodeStatsWindow()
+    window.add([1.0], [10])
+    bad = {**window.state_dict(), "lengths": []}
+    with pytest.raises(ValueError, match="1 returns, 0 lengths"):
+        window.load_state_dict(bad)
+    assert window.count == 1 and window.mean_return == 1.0
