@@ -19,7 +19,7 @@ CHECKPOINTS = {0: "/x/checkpoints/p0/checkpoint_000000012_4096.pt", 1: "ckpt_p1_
 def _windows(*returns: float) -> dict[str, EpisodeStatsWindow]:
     run, policy = EpisodeStatsWindow(), EpisodeStatsWindow()
     run.add(list(returns), [10] * len(returns))
-    policy.add(list(returns[:1]), [10][: len(returns[:1])])
+    policy.add(list(returns[:1]), [10] * len(returns[:1]))
     return {"run": run, "policy_0": policy}
 
 
