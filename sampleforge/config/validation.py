@@ -449,6 +449,12 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             f"q_head: algorithm 'pqn' learns scalar Q-values only; got {cfg.q_head!r}: use "
             "q_head scalar, or a replay algorithm (qrdqn, iqn, fqf, rainbow) for a distribution"
         )
+    if family == "continuous_control" and cfg.learner_precision != "float32":
+        problems.append(
+            f"learner_precision: algorithm {cfg.algorithm!r} has no observation encoder to run "
+            f"in {cfg.learner_precision}; use float32 ({cfg.learner_precision} applies to "
+            f"{', '.join(a for a, f in ALGORITHM_FAMILIES.items() if f != family)})"
+        )
     if cfg.munchausen and cfg.q_head != "scalar":
         problems.append(
             f"munchausen applies to the scalar Q head only; got q_head {cfg.q_head!r} "

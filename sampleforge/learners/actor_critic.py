@@ -39,6 +39,7 @@ from sampleforge.learners.optimization import (
     DataParallel,
     NonFiniteTrainingError,
     average_and_clip,
+    encoder_compute_dtype,
     load_model,
     raise_unless_finite,
     schedule_progress,
@@ -108,6 +109,7 @@ class ActorCriticLearner:
         self.frameskip = frameskip
         self.policy_id = policy_id
         self.model = make_actor_critic(cfg, observation_space, action_space).to(device)
+        self.model.encoder_compute_dtype = encoder_compute_dtype(cfg)
         # HYPERPARAMETERS' current values; the config holds only the starting ones.
         self.hyperparameters = {name: float(getattr(cfg, name)) for name in HYPERPARAMETERS}
         self.optimizer = self._new_optimizer()

@@ -2,7 +2,8 @@
 data-parallel run and clipped (`average_and_clip`), the non-finite checks
 that keep a bad update out of inference and checkpoints (a step undone, `step_unless_non_finite`,
 and counted, `SkippedUpdates`), loading weights with a clear error, the Adam the replay learners
-build (`make_adam`) and how their target networks follow (`polyak_update`).
+build (`make_adam`), how their target networks follow (`polyak_update`) and the precision the
+learner's encoders compute in (`encoder_compute_dtype`).
 
 Must not: know losses, data or processes.
 """
@@ -22,6 +23,12 @@ from sampleforge.learners.step_undo import StepUndo
 
 class NonFiniteTrainingError(RuntimeError):
     """Training kept producing non-finite losses, gradients or parameters."""
+
+
+def encoder_compute_dtype(cfg: Config) -> torch.dtype | None:
+    """The dtype `learner_precision` asks the learner's encoders to compute in (None: their
+    weights' float32); see `models/encoders.py: encode`."""
+    return {"float32": None, "bfloat16": torch.bfloat16}[cfg.learner_precision]
 
 
 def clip_gradients(model: nn.Module, max_grad_norm: float) -> float:

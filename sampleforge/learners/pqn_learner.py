@@ -36,6 +36,7 @@ from sampleforge.learners.optimization import (
     DataParallel,
     SkippedUpdates,
     average_and_clip,
+    encoder_compute_dtype,
     load_model,
     raise_unless_finite,
     schedule_progress,
@@ -75,6 +76,7 @@ class PQNLearner:
         self.cfg = cfg
         self._model = model.to(device)
         self._model.network.train()
+        self._model.network.encoder_compute_dtype = encoder_compute_dtype(cfg)
         self._device = device
         self.frameskip = frameskip
         self.policy_id = policy_id

@@ -6,9 +6,9 @@ parameters and the optimizer's state just before each step (into buffers allocat
 reused), checks them after it, and restores them if any value is non-finite, so such weights
 are never published to inference, checkpointed or trained on.
 
-Cost: one copy of the parameters and Adam's two moments per step and one norm over them
-(multi-tensor `_foreach` kernels, a few calls per device whatever the number of tensors): under
-1% of a default CartPole SGD step.
+Cost: one copy of the parameters and Adam's two moments per step (a multi-tensor `_foreach`
+copy) and one finiteness check over them (`_all_finite`): under 1% of a default CartPole SGD
+step, about 3 ms of a Rainbow update on Atari (one CPU thread).
 
 Must not: know about losses, datasets, processes or the config.
 """
@@ -73,14 +73,9 @@ class StepUndo:
                 tensors += [
                     t for t in state.values() if torch.is_tensor(t) and t.is_floating_point()
                 ]
-        # An L1 norm is finite exactly when every value is, unless the values are so large that
-        # their sum passes 3.4e38, where the model's own forward pass would overflow anyway.
-        # One fused kernel and one device-to-host sync per device (Adam keeps its step counts
-        # on the CPU even for CUDA parameters).
-        return all(
-            bool(torch.stack(torch._foreach_norm(group, 1)).isfinite().all())
-            for group in _by_device(tensors).values()
-        )
+        # One device-to-host sync per device (Adam keeps its step counts on the CPU even for
+        # CUDA parameters).
+        return all(_all_finite(group) for group in _by_device(tensors).values())
 
     def restore(self) -> None:
         """Put back what `save` copied, as if the step had never happened."""
@@ -99,6 +94,21 @@ def _optimizes(optimizer: torch.optim.Optimizer, p: nn.Parameter) -> bool:
 
 def _layout(t: torch.Tensor) -> tuple:
     return t.shape, t.dtype, t.device
+
+
+def _all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every value of these tensors (all on one device) is finite.
+
+    A sum is finite exactly when every value is (an infinity or a NaN propagates; +inf and -inf
+    make a NaN), unless the values are so large that it passes 3.4e38, where the model's own
+    forward pass would overflow anyway. On the CPU one vectorised sum per tensor: the fused L1
+    norm there runs element by element, 12x slower (7.4 against 0.6 ms over Rainbow's 6M
+    parameters and Adam moments). Elsewhere one fused kernel for all of them."""
+    if tensors[0].device.type == "cpu":
+        sums = torch.stack([t.sum() for t in tensors])
+    else:
+        sums = torch.stack(torch._foreach_norm(tensors, 1))
+    return bool(sums.isfinite().all())
 
 
 def _by_device(tensors: list[torch.Tensor]) -> dict[torch.device, list[torch.Tensor]]:

@@ -34,6 +34,7 @@ from sampleforge.config import Config
 from sampleforge.learners.optimization import (
     all_ranks,
     average_and_clip,
+    encoder_compute_dtype,
     load_model,
     make_adam,
     polyak_update,
@@ -74,6 +75,7 @@ class ValueLearner(ReplayLearning):
         super().__init__(cfg, stager, device, frameskip, policy_id)
         self._model = model.to(device)
         self._model.network.train()
+        self.network.encoder_compute_dtype = encoder_compute_dtype(cfg)
         self.target = copy.deepcopy(self.network).to(device)
         self.target.requires_grad_(False)
         self.learning_rate = cfg.learning_rate

@@ -29,7 +29,7 @@ from sampleforge.models.action_heads import (
     make_action_head,
 )
 from sampleforge.models.cores import Core, make_core
-from sampleforge.models.encoders import Encoder, make_encoder
+from sampleforge.models.encoders import Encoder, encode, make_encoder
 from sampleforge.models.init_schemes import apply_init_scheme, orthogonal_init
 from sampleforge.models.normalizer import RunningMeanStd
 from sampleforge.models.policy import ActOutput, ObsDict, Policy
@@ -67,8 +67,10 @@ class ActorCritic(Policy):
     Attributes: ``obs_specs`` (dict key -> TensorSpec), ``action_spec`` (TensorSpec of one
     action row), ``rnn_state_size`` (S; 0 without recurrence), ``normalized_keys`` (observation
     keys that are normalised: every float32 key with ``normalize_obs``, every uint8 image key,
-    pixel by pixel, with ``normalize_pixels``; never discrete indices or bits), ``returns_normalizer`` (running statistics of
-    the value targets when ``normalize_returns`` is on, else None).
+    pixel by pixel, with ``normalize_pixels``; never discrete indices or bits),
+    ``returns_normalizer`` (running statistics of the value targets when ``normalize_returns``
+    is on, else None), ``encoder_compute_dtype`` (None, or bfloat16 on a learner's copy: see
+    ``encoders.encode``).
     """
 
     def __init__(
@@ -128,6 +130,9 @@ class ActorCritic(Policy):
         self.returns_normalizer: RunningMeanStd | None = None
         if self.normalize_returns:
             self.returns_normalizer = RunningMeanStd((), clip=RETURNS_NORMALIZER_CLIP)
+        # The learner's copy may run its encoders in bfloat16 (`learner_precision`); not state,
+        # so published weights and checkpoints are the same either way.
+        self.encoder_compute_dtype: torch.dtype | None = None
 
     # ------------------------------------------------------------------ normalisation
 
@@ -197,12 +202,14 @@ class ActorCritic(Policy):
         """
         obs = self.normalize_observations(obs)
         actor_state, critic_state = self._split_state(rnn_states)
-        actor_features, new_actor_state = self.actor_core.step(self.actor_encoder(obs), actor_state)
+        actor_features, new_actor_state = self.actor_core.step(
+            encode(self.actor_encoder, obs, self.encoder_compute_dtype), actor_state
+        )
         if self.critic_encoder is None or self.critic_core is None:  # shared weights
             critic_features, new_states = actor_features, new_actor_state
         else:
             critic_features, new_critic_state = self.critic_core.step(
-                self.critic_encoder(obs), critic_state
+                encode(self.critic_encoder, obs, self.encoder_compute_dtype), critic_state
             )
             new_states = torch.cat([new_actor_state, new_critic_state], dim=1)
 
@@ -225,7 +232,7 @@ class ActorCritic(Policy):
     ) -> torch.Tensor:
         """Encode [T*B] observations and run the core over time -> features [T*B, H]."""
         time, batch = episode_starts.shape
-        features = encoder(flat_obs).reshape(time, batch, -1)
+        features = encode(encoder, flat_obs, self.encoder_compute_dtype).reshape(time, batch, -1)
         out, _ = core.sequence(features, state0, episode_starts)
         return out.reshape(time * batch, -1)
 

@@ -2,8 +2,10 @@
 
 Responsible for: the MLP encoder for vector observations, the one-hot encoding of discrete
 observations (``OneHot``), the Sample Factory "simplified" and DQN Nature conv encoders and
-IMPALA's residual network for images, the multi-input encoder for Dict observations, registering them as the built-in encoders (``registry.py``), and
-``make_encoder``, which builds any registered encoder by name.
+IMPALA's residual network for images, the multi-input encoder for Dict observations,
+registering them as the built-in encoders (``registry.py``), ``make_encoder``, which builds any
+registered encoder by name, and ``encode``, which runs one in a lower precision (the learner's
+``learner_precision``).
 
 Must not: normalise observations (that is ``RunningMeanStd``'s job, applied by the
 actor-critic), hold recurrent state, produce actions/values, or move data between devices
@@ -451,6 +453,24 @@ def make_encoder(
     settings = EncoderSettings(tuple(int(h) for h in mlp_hidden_sizes), activation)
     # A user's module may not subclass Encoder; build_encoder checked its int out_size.
     return cast(Encoder, build_encoder(encoder, obs_specs, settings))
+
+
+def encode(
+    encoder: nn.Module,
+    obs: Mapping[str, torch.Tensor],
+    compute_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """``encoder(obs)``. With a ``compute_dtype`` (bfloat16, the learner's
+    ``learner_precision``) its convolutions and matrix products run in that dtype under
+    ``torch.autocast`` and the features come back float32: what is built on them (cores, heads,
+    losses) keeps float32's precision, as bfloat16's 8-bit significand would quantise Q-values
+    and log-probabilities."""
+    if compute_dtype is None:
+        return cast(torch.Tensor, encoder(obs))
+    device_type = next(iter(obs.values())).device.type
+    with torch.autocast(device_type, dtype=compute_dtype):
+        features = encoder(obs)
+    return cast(torch.Tensor, features).float()
 
 
 def _builtin_encoder(

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from sampleforge import spaces
 from sampleforge.models.actor_critic import PIXEL_STATISTICS_SAMPLES
-from sampleforge.models.encoders import make_encoder
+from sampleforge.models.encoders import encode, make_encoder
 from sampleforge.models.layer_norm import add_layer_norm
 from sampleforge.models.noisy import NoisyLinear
 from sampleforge.models.normalizer import RunningMeanStd
@@ -104,6 +104,8 @@ class QNetwork(nn.Module):
                     self.obs_normalizers.append(RunningMeanStd(spec.shape))
         # Found once: noise is redrawn at every update and inference batch, and a walk over the
         # modules to find none would cost each of them (a plain tuple: not registered twice).
+        # The learner's copy may run its encoder in bfloat16 (`learner_precision`); not state.
+        self.encoder_compute_dtype: torch.dtype | None = None
         self._noisy_layers = tuple(m for m in self.modules() if isinstance(m, NoisyLinear))
 
     # ------------------------------------------------------------------ normalisation
@@ -130,7 +132,7 @@ class QNetwork(nn.Module):
 
     def encode(self, obs: ObsDict) -> Tensor:
         """obs {key: [B, *shape]} -> features [B, F] (normalised first where configured)."""
-        return self.encoder(self.normalize_observations(obs))
+        return encode(self.encoder, self.normalize_observations(obs), self.encoder_compute_dtype)
 
     def head_output(self, features: Tensor, fractions: Tensor | None = None) -> QOutput:
         """The head's output for features [B, F].

@@ -1,6 +1,6 @@
-"""Settings a value-based algorithm cannot honour are refused, each in one line naming the
-algorithm, instead of being ignored: PBT, frozen opponents, Munchausen on a distributional
-head."""
+"""Settings an algorithm cannot honour are refused, each in one line naming the algorithm,
+instead of being ignored: PBT, frozen opponents, Munchausen on a distributional head (value-based
+algorithms), bfloat16 encoders (continuous control, which has none)."""
 
 from __future__ import annotations
 
@@ -95,3 +95,21 @@ def test_learning_work_per_sample_follows_the_algorithms_family(algorithm, expec
         samples_per_insert=24.0,
     )
     assert cfg.sgd_steps_per_1000_samples == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("algorithm", family_algorithms("continuous_control"))
+def test_bfloat16_encoders_for_a_continuous_algorithm_are_refused(algorithm):
+    with pytest.raises(ConfigError) as caught:
+        make_config(env="Pendulum-v1", algorithm=algorithm, learner_precision="bfloat16")
+    (problem,) = caught.value.problems
+    assert problem.startswith(
+        f"learner_precision: algorithm '{algorithm}' has no observation encoder to run in "
+        "bfloat16; use float32 (bfloat16 applies to appo, impala, a3c, dqn,"
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["appo", *NOT_ACTOR_CRITIC])
+def test_bfloat16_encoders_are_fine_for_the_families_with_encoders(algorithm):
+    assert make_config(algorithm=algorithm, learner_precision="bfloat16").learner_precision == (
+        "bfloat16"
+    )

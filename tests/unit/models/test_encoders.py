@@ -14,6 +14,7 @@ from sampleforge.models.encoders import (
     MlpEncoder,
     MultiInputEncoder,
     ResnetEncoder,
+    encode,
     image_layout,
     make_encoder,
 )
@@ -192,6 +193,24 @@ def test_conv_encoder_layouts_give_the_same_outputs_and_gradients() -> None:
         # its own 1e-3. A wrong layout differs by the whole scale.
         scale = p.grad.abs().max().item()
         torch.testing.assert_close(channels_last_grad, p.grad, rtol=1e-3, atol=1e-4 * scale)
+
+
+def test_encode_in_bfloat16_computes_the_convolutions_in_it_and_returns_float32() -> None:
+    torch.manual_seed(0)
+    enc = make_encoder({"obs": FRAMES}, "conv_nature", activation="relu")
+    obs = {"obs": torch.randint(0, 256, (6, 4, 84, 84), dtype=torch.uint8)}
+    conv_dtypes: set[torch.dtype] = set()
+    for conv in (m for m in enc.modules() if isinstance(m, torch.nn.Conv2d)):
+        conv.register_forward_hook(lambda _m, _i, out: conv_dtypes.add(out.dtype))
+    exact = encode(enc, obs)
+    assert conv_dtypes == {torch.float32}
+    conv_dtypes.clear()
+    low = encode(enc, obs, torch.bfloat16)
+    assert conv_dtypes == {torch.bfloat16} and low.dtype == torch.float32
+    # bfloat16 keeps 8 bits of significand: within a few percent of the features' scale.
+    assert (low - exact).abs().max() < 0.05 * exact.abs().max()
+    low.square().sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in enc.parameters())
 
 
 # --- IMPALA's residual network ("large" architecture, Espeholt et al. 2018, figure 3) ---------
