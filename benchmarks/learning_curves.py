@@ -7,10 +7,12 @@
     python benchmarks/learning_curves.py --env atari_pong --algorithm pqn --seeds 1
     python benchmarks/learning_curves.py --env atari_pong --algorithm pqn --seeds 1 \
         --peer sb3_dqn --peer_minutes 60
+    python benchmarks/learning_curves.py --env atari_pong --algorithm pqn --seeds 1 \
+        --set learner_precision=bfloat16 --set num_epochs=4 --train_dir runs/pqn_bf16
 
 Each seed trains `sampleforge train --env ENV --algorithm ALGORITHM` with nothing but the seed
-and the budget given (the env family's settings for that algorithm), one after another on the
-whole machine. Prints, per seed, the frames and wall time at which the mean return (last 100
+and the budget given (the env family's settings for that algorithm, and any `--set`), one after
+another on the whole machine. Prints, per seed, the frames and wall time at which the mean return (last 100
 episodes) first reached each target (default: the references' returns), and draws both curves
 into `--out/<env>[_<algorithm>]_curves.png` next to the reference points below. With `--peer sb3_dqn` (Atari), Stable-Baselines3's DQN with RL
 Zoo's settings then runs each seed in its own virtualenv for at most `--peer_minutes`
@@ -146,8 +148,10 @@ def train_seed(
     minutes: float | None,
     train_dir: Path,
     resume: bool,
+    settings: dict[str, str],
 ) -> Path:
     cfg = make_config(
+        **settings,
         env=env,
         algorithm=algorithm,
         seed=seed,
@@ -269,7 +273,15 @@ def main() -> None:
     parser.add_argument(
         "--peer_venv", type=Path, default=Path.home() / ".cache/sampleforge-peers/sb3"
     )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting on top of the family's (any `sampleforge train` flag), repeatable",
+    )
     args = parser.parse_args()
+    settings = dict(_key_value(item, parser) for item in args.set)
     paths = [args.train_dir / run_name(args.env, args.algorithm, seed) for seed in args.seeds]
     if not args.plot_only:
         paths = [
@@ -281,6 +293,7 @@ def main() -> None:
                 args.minutes,
                 args.train_dir,
                 args.resume,
+                settings,
             )
             for seed in args.seeds
         ]
@@ -312,9 +325,18 @@ def main() -> None:
             )
     stem = args.env if args.algorithm == "appo" else f"{args.env}_{args.algorithm}"
     title = f"{args.env}, {args.algorithm}: family defaults"
+    if settings:
+        title += " with " + ", ".join(f"{k} {v}" for k, v in settings.items())
     print(
         f"wrote {plot(args.env, paths, args.out / f'{stem}_curves.png', title, references, peers)}"
     )
+
+
+def _key_value(item: str, parser: argparse.ArgumentParser) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        parser.error(f"--set {item!r}: expected KEY=VALUE, e.g. learner_precision=bfloat16")
+    return key, value
 
 
 def _reached(reaches: list[tuple[float, float] | None], targets: list[float]) -> str:
