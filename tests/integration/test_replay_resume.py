@@ -66,7 +66,9 @@ def test_a_restart_continues_with_the_replay_only_when_it_was_saved(
     assert (_replay_in_last_checkpoint(tmp_path) is not None) == save_replay
 
     caplog.set_level(logging.INFO)
-    with Runner(_cfg(tmp_path, 2_200, save_replay, algorithm)) as resumed:
+    # Relative to where the first run stopped (its overshoot varies): a refilling run needs
+    # its 500 transitions before it trains and reports the replay again.
+    with Runner(_cfg(tmp_path, first.env_steps + 1_000, save_replay, algorithm)) as resumed:
         resumed.start()
         assert resumed.progress.policy_version[0] == version
         second = resumed.train()
