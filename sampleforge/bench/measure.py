@@ -162,7 +162,9 @@ def compute_costs(
             model.act(obs, rnn)
         _synchronize(device)
 
-    probe = make_training_probe(cfg, env.observation_space, env.action_space, device)
+    # The learner's work on one core: a bootstrap thread would spread it over two.
+    one_core = cfg.replace(learner_bootstrap_thread=False)
+    probe = make_training_probe(one_core, env.observation_space, env.action_space, device)
     try:
 
         def train():

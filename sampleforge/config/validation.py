@@ -455,6 +455,12 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             f"in {cfg.learner_precision}; use float32 ({cfg.learner_precision} applies to "
             f"{', '.join(a for a, f in ALGORITHM_FAMILIES.items() if f != family)})"
         )
+    if family != "value_based" and cfg.learner_bootstrap_thread:
+        problems.append(
+            f"learner_bootstrap_thread: algorithm {cfg.algorithm!r} has no target-network "
+            f"pass to run beside its update; use false (true applies to "
+            f"{', '.join(family_algorithms('value_based'))})"
+        )
     if cfg.munchausen and cfg.q_head != "scalar":
         problems.append(
             f"munchausen applies to the scalar Q head only; got q_head {cfg.q_head!r} "

@@ -61,6 +61,7 @@ MACHINE_LOCAL_SETTINGS = (
     "num_inference_workers",
     "learner_torch_threads",
     "learner_precision",
+    "learner_bootstrap_thread",
     "worker_cpu_affinity",
     # how many machines, and how they met (a model trained under torchrun loads anywhere)
     "distributed",

@@ -4,7 +4,10 @@ IQN, FQF, M-DQN), composed by `ValueSettings`.
 Given replay batches (`learners/replay_stager.py`), each one SGD step: the online network
 evaluates the sampled states (and, for Double DQN, the bootstrap states), a target network the
 bootstrap states, and the TD loss of the Q head (`algo/q_learning.py`) is minimised, weighted by
-the replay's importance weights; the per-sample losses go back to the replay as priorities. The
+the replay's importance weights; the per-sample losses go back to the replay as priorities. With
+`learner_bootstrap_thread` the two bootstrap passes run on a second thread
+(`learners/bootstrap_thread.py`), the target network's for the next batch of a take while this
+update's backward pass runs, unless this update syncs the target network. The
 target network follows the online one every `target_update_period` updates, by a hard copy
 (`target_tau` = 1) or Polyak averaging. After every step the new weights are published through
 `on_sgd_step`, with the env steps trained on, from which inference anneals epsilon.
@@ -15,6 +18,8 @@ Must not: touch queues, processes or files; everything resumable is in `state_di
 from __future__ import annotations
 
 import copy
+from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Callable, cast
 
 import numpy as np
@@ -31,6 +36,7 @@ from sampleforge.algo.q_learning import (
 )
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
+from sampleforge.learners.bootstrap_thread import BootstrapThread
 from sampleforge.learners.optimization import (
     all_ranks,
     average_and_clip,
@@ -52,12 +58,24 @@ from sampleforge.models.q_heads import (
     FQFOutput,
     QuantileQOutput,
 )
-from sampleforge.models.q_network import QNetwork
+from sampleforge.models.q_network import QNetwork, QOutput
 from sampleforge.models.q_policy import QPolicy
 
 # What `set_hyperparameters` changes (the Python API accepts exactly these names, through
 # learners/registry.py); other names are ignored.
 HYPERPARAMETERS = ("learning_rate",)
+
+# A replay batch on the learner's device: the TD inputs, the states and the bootstrap states.
+_DeviceBatch = tuple[TDBatch, dict[str, Tensor], dict[str, Tensor]]
+
+
+@dataclass(frozen=True)
+class _TargetPass:
+    """The target network's outputs an update needs: at the bootstrap states, and (Munchausen)
+    its Q-values at the sampled states."""
+
+    next: QOutput
+    q_now: Tensor | None
 
 
 class ValueLearner(ReplayLearning):
@@ -82,6 +100,7 @@ class ValueLearner(ReplayLearning):
         self.optimizer = self._new_optimizer()
         self.fraction_optimizer = self._new_fraction_optimizer()
         self._step_undo = StepUndo()
+        self._bootstrap = BootstrapThread(cfg.learner_bootstrap_thread)
 
     # --- Trains ---------------------------------------------------------------------------------
     @property
@@ -97,8 +116,12 @@ class ValueLearner(ReplayLearning):
         self._set_learning_rate()
         self._anneal_priority_beta()
         totals: dict[str, float] = {}
-        for batch in data:
-            for k, v in self._update(batch).items():
+        on_device = [self._to_device(b) for b in data]
+        prefetched: Future[_TargetPass] | None = None
+        for i, replay_batch in enumerate(data):
+            following = on_device[i + 1] if i + 1 < len(data) else None
+            stats, prefetched = self._update(replay_batch, on_device[i], prefetched, following)
+            for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v
             self._published(self._model, on_sgd_step)
         out = {k: v / max(len(data), 1) for k, v in totals.items()}
@@ -115,18 +138,36 @@ class ValueLearner(ReplayLearning):
         }
 
     # --- one update -----------------------------------------------------------------------------
-    def _update(self, replay_batch: ReplayBatch) -> dict[str, float]:
-        batch, obs, next_obs = self._to_device(replay_batch)
+    def _update(
+        self,
+        replay_batch: ReplayBatch,
+        on_device: _DeviceBatch,
+        prefetched: Future[_TargetPass] | None,
+        following: _DeviceBatch | None,
+    ) -> tuple[dict[str, float], Future[_TargetPass] | None]:
+        """One SGD step on `replay_batch`, with the target pass `prefetched` for it, if any;
+        returns its statistics and the target pass started for the `following` batch."""
+        batch, obs, next_obs = on_device
+        if prefetched is not None:
+            prefetched.result()  # done whatever follows: the target noise must not change under it
         # Checked before the loss: the categorical projection turns a non-finite return or
         # discount into an out-of-range atom index (an IndexError, not a NaN loss to skip).
         targets = torch.cat([batch.returns, batch.discounts, batch.weights])
         if not all_ranks(bool(torch.isfinite(targets).all()), self.data_parallel):
             self._step(False)
-            return {"health/non_finite_updates": 1.0}
+            return {"health/non_finite_updates": 1.0}, None
         self.network.update_normalizer(obs)
         self.network.reset_noise()
-        self.target.reset_noise()
-        td = self._td_loss(batch, obs, next_obs)
+        if prefetched is None:
+            self.target.reset_noise()
+        td = self._td_loss(batch, obs, next_obs, prefetched)
+        following_pass = None
+        if following is not None and self._bootstrap.concurrent and not self._syncs_target():
+            following_pass = self._start_target_pass(following[1], following[2])
+        return self._descend(replay_batch, td), following_pass
+
+    def _descend(self, replay_batch: ReplayBatch, td: TDLoss) -> dict[str, float]:
+        """The SGD step on the TD loss; the priorities back to the replay; the target sync."""
         self.optimizer.zero_grad(set_to_none=True)
         td.loss.backward()
         grad_norm, finite = average_and_clip(
@@ -148,7 +189,24 @@ class ValueLearner(ReplayLearning):
             "learner/grad_norm": grad_norm,
         }
 
-    def _to_device(self, b: ReplayBatch) -> tuple[TDBatch, dict[str, Tensor], dict[str, Tensor]]:
+    def _syncs_target(self) -> bool:
+        """Whether the update now running, if taken, moves the target network."""
+        return (self.updates + 1) % self.cfg.target_update_period == 0
+
+    def _start_target_pass(
+        self, obs: dict[str, Tensor], next_obs: dict[str, Tensor]
+    ) -> Future[_TargetPass]:
+        """The next batch's target pass, on the bootstrap thread, with fresh target noise."""
+        self.target.reset_noise()
+        return self._bootstrap.submit(self._target_pass, obs, next_obs)
+
+    def _target_pass(self, obs: dict[str, Tensor], next_obs: dict[str, Tensor]) -> _TargetPass:
+        target = self.target
+        return _TargetPass(
+            next=target(next_obs), q_now=target(obs).q if self.cfg.munchausen else None
+        )
+
+    def _to_device(self, b: ReplayBatch) -> _DeviceBatch:
         def tensor(x: np.ndarray) -> Tensor:
             return torch.from_numpy(np.ascontiguousarray(x)).to(self._device, non_blocking=True)
 
@@ -163,16 +221,29 @@ class ValueLearner(ReplayLearning):
         return batch, obs, next_obs
 
     def _td_loss(
-        self, batch: TDBatch, obs: dict[str, Tensor], next_obs: dict[str, Tensor]
+        self,
+        batch: TDBatch,
+        obs: dict[str, Tensor],
+        next_obs: dict[str, Tensor],
+        prefetched: Future[_TargetPass] | None,
     ) -> TDLoss:
-        cfg, online, target = self.cfg, self.network, self.target
-        features = online.encode(obs)
-        out = online.head_output(features)
+        cfg, online = self.cfg, self.network
         # The next observations apart, without a graph: encoded in one batch with `obs`, the
-        # backward pass would run the encoder over both halves.
-        with torch.no_grad():
-            next_online_q = online(next_obs).q
-            next_target = target(next_obs)
+        # backward pass would run the encoder over both halves. On the bootstrap thread they
+        # start first and run beside the forward pass; inline, in the order they always ran.
+        if self._bootstrap.concurrent:
+            next_online = self._bootstrap.submit(self._online_q, next_obs)
+            target_pass = prefetched or self._bootstrap.submit(self._target_pass, obs, next_obs)
+            features = online.encode(obs)
+            out = online.head_output(features)
+        else:
+            features = online.encode(obs)
+            out = online.head_output(features)
+            next_online = self._bootstrap.submit(self._online_q, next_obs)
+            target_pass = prefetched or self._bootstrap.submit(self._target_pass, obs, next_obs)
+        next_online_q = next_online.result()
+        bootstrap = target_pass.result()
+        next_target, target_q_now = bootstrap.next, bootstrap.q_now
         if isinstance(out, CategoricalQOutput):
             assert isinstance(next_target, CategoricalQOutput)
             return categorical_td_loss(
@@ -197,10 +268,6 @@ class ValueLearner(ReplayLearning):
             if isinstance(out, FQFOutput):
                 td = self._with_fraction_loss(td, features, batch.actions)
             return td
-        target_q_now = None
-        if cfg.munchausen:
-            with torch.no_grad():
-                target_q_now = target(obs).q
         return scalar_td_loss(
             cfg,
             q=out.q,
@@ -209,6 +276,9 @@ class ValueLearner(ReplayLearning):
             batch=batch,
             target_q_now=target_q_now,
         )
+
+    def _online_q(self, next_obs: dict[str, Tensor]) -> Tensor:
+        return self.network(next_obs).q
 
     def _with_fraction_loss(self, td: TDLoss, features: Tensor, actions: Tensor) -> TDLoss:
         """FQF: the proposal learns by its own loss and optimizer, on features it does not

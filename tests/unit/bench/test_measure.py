@@ -73,6 +73,22 @@ def test_a_value_based_learner_costs_an_update_per_its_share_of_inserts():
     assert costs.learner > 0 and np.isfinite(costs.learner)
 
 
+def test_the_learner_is_measured_on_one_core_without_its_bootstrap_thread(monkeypatch):
+    seen = []
+    original = measure.make_training_probe
+
+    def probe(cfg, observation_space, action_space, device):
+        seen.append((cfg.learner_bootstrap_thread, cfg.algorithm, torch.get_num_threads()))
+        return original(cfg, observation_space, action_space, device)
+
+    monkeypatch.setattr(measure, "make_training_probe", probe)
+    cfg = make_config(
+        env="CartPole-v1", algorithm="dqn", device="cpu", learner_bootstrap_thread=True
+    )
+    measure.compute_costs(cfg, 4, seconds=0.2, rounds=1)
+    assert seen == [(False, "dqn", 1)]
+
+
 @pytest.mark.gpu
 def test_model_costs_are_measured_on_the_training_gpu(monkeypatch):
     seen = []

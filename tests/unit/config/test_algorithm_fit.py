@@ -113,3 +113,15 @@ def test_bfloat16_encoders_are_fine_for_the_families_with_encoders(algorithm):
     assert make_config(algorithm=algorithm, learner_precision="bfloat16").learner_precision == (
         "bfloat16"
     )
+
+
+@pytest.mark.parametrize("algorithm", ["appo", "pqn", "sac"])
+def test_the_thread_is_refused_where_there_is_no_target_pass(algorithm):
+    env = "Pendulum-v1" if algorithm == "sac" else "CartPole-v1"
+    with pytest.raises(ConfigError) as caught:
+        make_config(env=env, algorithm=algorithm, learner_bootstrap_thread=True)
+    (problem,) = caught.value.problems
+    assert problem == (
+        f"learner_bootstrap_thread: algorithm '{algorithm}' has no target-network pass to run "
+        "beside its update; use false (true applies to dqn, rainbow, qrdqn, iqn, fqf, mdqn)"
+    )

@@ -2,7 +2,8 @@
 hand-made replay batches with a stand-in stager: every value-based algorithm trains, the TD loss
 falls on a fixed batch, the target network follows by a hard copy or Polyak averaging, PER
 priorities reach the sampler, non-finite steps are skipped (and too many in a row stop the run),
-FQF's fraction loss trains only the proposal, and the learner's state round-trips exactly."""
+FQF's fraction loss trains only the proposal, the learner's state round-trips exactly, and with
+`learner_bootstrap_thread` every update is the serial learner's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import copy
 import dataclasses
 import functools
 import io
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -67,13 +69,15 @@ def params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Exact equality of nested dicts, lists, tensors and numbers."""
+    """Exact equality of nested dicts, lists, tensors and numbers (nan equals nan)."""
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
     if torch.is_tensor(a):
         return torch.is_tensor(b) and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
+        return math.isnan(b)  # a statistic not measured yet is nan in both
     return a == b
 
 
@@ -263,3 +267,58 @@ def test_the_published_model_carries_the_env_steps_trained_on():
     learner.train([batch(0)], lambda: seen.append(int(learner.model.trained_env_steps)))
     assert seen == [learner.env_steps] == [492]
     assert int(learner.model.state_dict()["trained_env_steps"]) == 492
+
+
+# --- learner_bootstrap_thread: the passes without a gradient on a second thread ----------------
+
+# Heads without random draws in their passes (noisy nets and sampled quantile fractions draw
+# in another order on two threads), so the two learners must agree exactly.
+DETERMINISTIC = {
+    "dqn": {},
+    "dueling_double_dqn": {"dueling": True, "double_q": True},
+    "c51": {"algorithm": "rainbow", "noisy": False},
+    "qrdqn": {"algorithm": "qrdqn"},
+    "mdqn": {"algorithm": "mdqn"},
+}
+
+
+def _takes() -> list[list]:
+    """Takes of 4, 1 and 4 batches; the third holds a batch with a non-finite return."""
+    bad = batch(9, returns=float("nan"))
+    return [[batch(i) for i in range(4)], [batch(4)], [batch(5), bad, batch(6), batch(7)]]
+
+
+@pytest.mark.parametrize("name", DETERMINISTIC)
+def test_the_concurrent_learner_makes_the_serial_learners_updates(name):
+    settings = dict(DETERMINISTIC[name])
+    algorithm = settings.pop("algorithm", "dqn")
+    # A sync every 3 updates falls inside the takes: the pass for the batch after a sync must
+    # wait for the new target weights.
+    common = dict(target_update_period=3, prioritized_replay=True, learning_rate=1e-2)
+    serial = make_learner(config(algorithm, **common, **settings))
+    concurrent = make_learner(
+        config(algorithm, **common, **settings, learner_bootstrap_thread=True)
+    )
+    for take in _takes():
+        stats = [learner.train(take, _noop) for learner in (serial, concurrent)]
+        assert same(stats[0], stats[1])
+        assert same(params(serial.network), params(concurrent.network))
+        assert same(params(serial.target), params(concurrent.target))
+    assert serial.updates == concurrent.updates == 8 and serial.skipped_updates == 1
+    sent = [learner.stager.sampler.priority_updates for learner in (serial, concurrent)]
+    assert len(sent[0]) == len(sent[1]) == 8
+    for (i0, p0), (i1, p1) in zip(*sent):
+        np.testing.assert_array_equal(i0, i1)
+        np.testing.assert_array_equal(p0, p1)
+
+
+@pytest.mark.parametrize("algorithm", VALUE_BASED)
+def test_every_value_algorithm_trains_with_the_thread(algorithm):
+    learner = make_learner(config(algorithm, learner_bootstrap_thread=True, target_update_period=2))
+    before = params(learner.network)
+    for take in _takes():
+        stats = learner.train(take, _noop)
+        assert np.isfinite(stats["losses/td"])
+    assert learner.updates == 8 and learner.policy_version == 8
+    assert not same(before, params(learner.network))
+    assert all(torch.isfinite(p).all() for p in learner.network.parameters())

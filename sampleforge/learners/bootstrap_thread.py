@@ -1,0 +1,56 @@
+"""BootstrapThread: the passes of a value-based update that need no gradient, on a thread of
+their own (`learner_bootstrap_thread`).
+
+An update of a conv Q-network on a CPU is five convolutional passes in a row: the online
+network forward on the sampled states, the online network on the bootstrap states (Double
+DQN's argmax), the target network on them, and the backward pass (about two forwards). The two
+bootstrap passes need no gradient and no result of the first; they can run beside it on a
+second core. The target network's pass even needs nothing of the current update: while the
+online network runs its backward pass, the target network can evaluate the next batch.
+
+So on a learner with `learner_torch_threads` 1 the thread takes two of the five passes off the
+critical path, and each update does the same arithmetic on the same weights as the serial one
+(only the random draws of noisy nets and sampled quantile fractions come in another order).
+
+Must not: touch the optimizer or any weights; it only evaluates.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+class BootstrapThread:
+    """Runs no-grad passes on a second thread, or inline when not `concurrent`."""
+
+    def __init__(self, concurrent: bool):
+        self._pool = (
+            ThreadPoolExecutor(1, thread_name_prefix="bootstrap_pass") if concurrent else None
+        )
+
+    @property
+    def concurrent(self) -> bool:
+        return self._pool is not None
+
+    def submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        """`fn(*args)` without autograd, on the thread (or now, inline)."""
+        if self._pool is not None:
+            return self._pool.submit(_without_grad, fn, *args)
+        done: Future[T] = Future()
+        done.set_result(_without_grad(fn, *args))
+        return done
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+
+
+def _without_grad(fn: Callable[..., T], *args: object) -> T:
+    # Grad mode is thread-local: a new thread starts with autograd on.
+    with torch.no_grad():
+        return fn(*args)
