@@ -349,8 +349,9 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
         "Value-based algorithms (dqn through rainbow, qrdqn, iqn, fqf, mdqn): run the "
         "update's passes that need no gradient (the target network's, and the online "
         "network's on the bootstrap states) on a second thread, beside the online network's "
-        "forward and backward pass; the target network evaluates the next batch while the "
-        "backward pass runs. The same arithmetic on the same weights. Pays when the learner is "
+        "forward and backward pass; the target network evaluates the next batch, and the "
+        "copy a non-finite step is undone from is taken, while the backward pass runs. The "
+        "same arithmetic on the same weights. Pays when the learner is "
         "the bottleneck on a CPU with a core to spare; use it with learner_torch_threads 1.",
         "learner",
     )

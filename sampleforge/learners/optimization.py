@@ -133,15 +133,19 @@ def step_unless_non_finite(
     model: nn.Module,
     optimizers: Sequence[torch.optim.Optimizer],
     finite: bool,
+    saved: bool = False,
 ) -> bool:
     """Step every optimizer (gradients already computed and clipped), unless `finite` is
     False (the loss or the gradient norm was not) or the step leaves a non-finite value in
     `model`'s parameters or the optimizers' state, which `undo` then puts back as it was.
-    A step not taken clears the gradients. Returns whether the step was taken."""
+    `saved`: `undo` already holds what this step may have to put back (saved since the last
+    step, while nothing changed the parameters). A step not taken clears the gradients.
+    Returns whether the step was taken."""
     if finite:
         # A finite gradient can still make non-finite weights (a huge learning rate): such a
         # step is undone before anything sees it, and skipped like a non-finite loss.
-        undo.save(model, optimizers)
+        if not saved:
+            undo.save(model, optimizers)
         for optimizer in optimizers:
             optimizer.step()
         finite = undo.finite()

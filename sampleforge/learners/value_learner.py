@@ -7,7 +7,8 @@ bootstrap states, and the TD loss of the Q head (`algo/q_learning.py`) is minimi
 the replay's importance weights; the per-sample losses go back to the replay as priorities. With
 `learner_bootstrap_thread` the two bootstrap passes run on a second thread
 (`learners/bootstrap_thread.py`), the target network's for the next batch of a take while this
-update's backward pass runs, unless this update syncs the target network. The
+update's backward pass runs, unless this update syncs the target network; so does the copy a
+non-finite step is undone from. The
 target network follows the online one every `target_update_period` updates, by a hard copy
 (`target_tau` = 1) or Polyak averaging. After every step the new weights are published through
 `on_sgd_step`, with the env steps trained on, from which inference anneals epsilon.
@@ -161,19 +162,27 @@ class ValueLearner(ReplayLearning):
         if prefetched is None:
             self.target.reset_noise()
         td = self._td_loss(batch, obs, next_obs, prefetched)
-        following_pass = None
+        saving, following_pass = None, None
+        if self._bootstrap.concurrent:
+            # The copy a non-finite step would be undone from: the parameters and Adam's
+            # moments stay as they are until the step, so it is taken beside the backward pass.
+            saving = self._bootstrap.submit(self._save_for_undo)
         if following is not None and self._bootstrap.concurrent and not self._syncs_target():
             following_pass = self._start_target_pass(following[1], following[2])
-        return self._descend(replay_batch, td), following_pass
+        return self._descend(replay_batch, td, saving), following_pass
 
-    def _descend(self, replay_batch: ReplayBatch, td: TDLoss) -> dict[str, float]:
+    def _descend(
+        self, replay_batch: ReplayBatch, td: TDLoss, saving: Future[None] | None
+    ) -> dict[str, float]:
         """The SGD step on the TD loss; the priorities back to the replay; the target sync."""
         self.optimizer.zero_grad(set_to_none=True)
         td.loss.backward()
         grad_norm, finite = average_and_clip(
             self.network, td.loss, self.cfg.max_grad_norm, self.data_parallel
         )
-        if not self._step(finite):
+        if saving is not None:
+            saving.result()
+        if not self._step(finite, saved=saving is not None):
             return {"health/non_finite_updates": 1.0}
         if self.cfg.prioritized_replay:
             self.stager.sampler.update_priorities(
@@ -299,10 +308,18 @@ class ValueLearner(ReplayLearning):
         )
         return TDLoss(loss=td.loss + loss, priorities=td.priorities, q_taken=td.q_taken)
 
-    def _step(self, finite: bool) -> bool:
-        """The optimizer step, unless the loss, the gradient or the result is not finite."""
-        optimizers = [o for o in (self.optimizer, self.fraction_optimizer) if o is not None]
-        taken = step_unless_non_finite(self._step_undo, self.network, optimizers, finite)
+    def _optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for o in (self.optimizer, self.fraction_optimizer) if o is not None]
+
+    def _save_for_undo(self) -> None:
+        self._step_undo.save(self.network, self._optimizers())
+
+    def _step(self, finite: bool, saved: bool = False) -> bool:
+        """The optimizer step, unless the loss, the gradient or the result is not finite
+        (`saved`: the undo copy for it is taken)."""
+        taken = step_unless_non_finite(
+            self._step_undo, self.network, self._optimizers(), finite, saved
+        )
         self.skips.record(taken)
         return taken
 

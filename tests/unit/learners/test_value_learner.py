@@ -193,11 +193,13 @@ def test_every_head_skips_a_non_finite_batch(algorithm, field):
     assert learner.stager.sampler.priority_updates == []
 
 
+@pytest.mark.parametrize("thread", [False, True], ids=["inline", "bootstrap_thread"])
 @pytest.mark.parametrize("algorithm", ["dqn", "fqf"])
-def test_a_step_that_overflows_the_weights_is_undone(algorithm):
+def test_a_step_that_overflows_the_weights_is_undone(algorithm, thread):
     """Parameters and every optimizer's state go back as they were (FQF: its fraction
-    proposal's RMSprop too, which stepped in the same update)."""
-    learner = make_learner(config(algorithm, fraction_lr=1e-3))
+    proposal's RMSprop too, which stepped in the same update); with the bootstrap thread,
+    from the copy it took beside the backward pass."""
+    learner = make_learner(config(algorithm, fraction_lr=1e-3, learner_bootstrap_thread=thread))
     learner.train([batch(0)], _noop)  # Adam (and RMSprop) have state now
     optimizers = [o for o in (learner.optimizer, learner.fraction_optimizer) if o is not None]
     assert len(optimizers) == (2 if algorithm == "fqf" else 1)
