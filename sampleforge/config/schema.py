@@ -346,13 +346,14 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
     )
     learner_bootstrap_thread: bool = option(
         False,
-        "Value-based algorithms (dqn through rainbow, qrdqn, iqn, fqf, mdqn): run the "
-        "update's passes that need no gradient (the target network's, and the online "
-        "network's on the bootstrap states) on a second thread, beside the online network's "
-        "forward and backward pass; the target network evaluates the next batch, and the "
-        "copy a non-finite step is undone from is taken, while the backward pass runs. The "
-        "same arithmetic on the same weights. Pays when the learner is "
-        "the bottleneck on a CPU with a core to spare; use it with learner_torch_threads 1.",
+        "Replay algorithms (dqn, rainbow, qrdqn, iqn, fqf, mdqn, ddpg, td3, sac, crossq): "
+        "run the passes of an update that need no gradient (the bootstrap from the target "
+        "networks, and the online Q-network's argmax) on a second thread, beside the online "
+        "network's forward pass, and take the copy a non-finite step is undone from there "
+        "while the backward pass runs; value-based learners also evaluate the next batch's "
+        "target pass during the backward pass. The same arithmetic on the same weights. Pays "
+        "when the learner is the bottleneck on a CPU with a core to spare; use it with "
+        "learner_torch_threads 1.",
         "learner",
     )
     reward_scale: float = option(

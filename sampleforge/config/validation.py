@@ -455,11 +455,12 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             f"in {cfg.learner_precision}; use float32 ({cfg.learner_precision} applies to "
             f"{', '.join(a for a, f in ALGORITHM_FAMILIES.items() if f != family)})"
         )
-    if family != "value_based" and cfg.learner_bootstrap_thread:
+    replay_families: tuple[FamilyName, ...] = ("value_based", "continuous_control")
+    if family not in replay_families and cfg.learner_bootstrap_thread:
         problems.append(
             f"learner_bootstrap_thread: algorithm {cfg.algorithm!r} has no target-network "
             f"pass to run beside its update; use false (true applies to "
-            f"{', '.join(family_algorithms('value_based'))})"
+            f"{', '.join(a for f in replay_families for a in family_algorithms(f))})"
         )
     if cfg.munchausen and cfg.q_head != "scalar":
         problems.append(

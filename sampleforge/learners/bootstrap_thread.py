@@ -1,5 +1,5 @@
-"""BootstrapThread: the passes of a value-based update that need no gradient, on a thread of
-their own (`learner_bootstrap_thread`).
+"""BootstrapThread: the passes of a replay learner's update that need no gradient, on a thread
+of their own (`learner_bootstrap_thread`).
 
 An update of a conv Q-network on a CPU is five convolutional passes in a row: the online
 network forward on the sampled states, the online network on the bootstrap states (Double
@@ -16,6 +16,12 @@ So on a learner with `learner_torch_threads` 1 the thread takes two of the five 
 undo copy off the critical path, and each update does the same arithmetic on the same weights
 as the serial one (only the random draws of noisy nets and sampled quantile fractions come in
 another order).
+
+The continuous-control learner (`learners/continuous_learner.py`) uses it the same way: a'
+and the target critics at s' beside the critics' forward pass (the draws of a' stay in the
+serial order, as the main thread draws nothing meanwhile), and the undo copies of the critic
+and actor steps beside their backward passes. The next batch's bootstrap is not computed early
+there: it needs the actor and the target critics after this update.
 
 Must not: write the parameters or the optimizer's state; what it runs only reads them.
 """

@@ -17,6 +17,11 @@ ensemble (`models/critic_ensemble.py`) owned here; the policy (`models/continuou
 holds the actor and is what is published. Actions from the replay are in the env's bounds and
 are mapped to [-1, 1], the actor's and the critics' units.
 
+With `learner_bootstrap_thread` (`learners/bootstrap_thread.py`) the bootstrap (a' and the
+target critics at s') is computed on a second thread beside the critics' forward pass, and the
+copies a non-finite critic or actor step is undone from beside their backward passes. The same
+arithmetic in the same order of random draws: only the thread that makes them differs.
+
 Must not: touch queues, processes or files; everything resumable is in `state_dict()`.
 """
 
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import math
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Callable
 
@@ -44,6 +50,7 @@ from sampleforge.algo.continuous_control import (
 )
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
+from sampleforge.learners.bootstrap_thread import BootstrapThread
 from sampleforge.learners.optimization import (
     all_ranks,
     average_and_clip,
@@ -124,6 +131,7 @@ class ContinuousLearner(ReplayLearning):
         self.actor_learning_rate = cfg.actor_learning_rate
         self._new_optimizers()
         self._critic_undo, self._actor_undo = StepUndo(), StepUndo()
+        self._bootstrap = BootstrapThread(cfg.learner_bootstrap_thread)
         # The actor's step and the temperature's are undone together.
         self._actor_side = nn.ModuleList([self._model.actor, self.temperature])
 
@@ -193,28 +201,29 @@ class ContinuousLearner(ReplayLearning):
         self, b: _Batch, x: Tensor, actions: Tensor, x_next: Tensor
     ) -> dict[str, float] | None:
         """The critics' step on targets from the next states; None when it was skipped."""
-        with torch.no_grad():
-            next_actions, next_log_prob = self._next_actions(x_next)
         inputs = torch.cat([x, actions], dim=1)
-        next_inputs = torch.cat([x_next, next_actions], dim=1)
         if self.target_critics is None:
             # CrossQ: one pass over both halves, so batch normalisation sees them together.
-            both = self.critics(torch.cat([inputs, next_inputs]))
+            with torch.no_grad():
+                next_actions, next_log_prob = self._next_actions(x_next)
+            both = self.critics(torch.cat([inputs, torch.cat([x_next, next_actions], dim=1)]))
             q, next_q = both[:, : x.shape[0]], both[:, x.shape[0] :].detach()
         else:
+            # a' and Q'(s', a') need nothing of the critics' pass: beside it on the thread.
+            target_pass = self._bootstrap.submit(self._target_values, x_next)
             q = self.critics(inputs)
-            with torch.no_grad():
-                next_q = self.target_critics(next_inputs)
+            next_q, next_log_prob = target_pass.result()
         bootstrap = soft_bootstrap(next_q, next_log_prob, self.temperature.alpha)
         targets = critic_targets(b.returns, b.discounts, bootstrap)
         loss, priorities = critic_loss(q, targets, b.weights)
+        saving = self._save_beside(self._critic_undo, self.critics, [self.critic_optimizer])
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm, finite = average_and_clip(
             self.critics, loss, self.cfg.max_grad_norm, self.data_parallel
         )
         taken = step_unless_non_finite(
-            self._critic_undo, self.critics, [self.critic_optimizer], finite
+            self._critic_undo, self.critics, [self.critic_optimizer], finite, _saved(saving)
         )
         self.skips.record(taken)
         if not taken:
@@ -226,6 +235,21 @@ class ContinuousLearner(ReplayLearning):
             "learner/q_taken": float(q.detach().mean()),
             "learner/grad_norm": grad_norm,
         }
+
+    def _target_values(self, x_next: Tensor) -> tuple[Tensor, Tensor | None]:
+        """Q'_k(s', a') for a' from `_next_actions`, and log pi(a'|s') (no gradient)."""
+        assert self.target_critics is not None
+        next_actions, next_log_prob = self._next_actions(x_next)
+        return self.target_critics(torch.cat([x_next, next_actions], dim=1)), next_log_prob
+
+    def _save_beside(
+        self, undo: StepUndo, model: nn.Module, optimizers: list[torch.optim.Optimizer]
+    ) -> Future[None] | None:
+        """With the bootstrap thread, the undo copy of the coming step, taken there while the
+        backward pass runs (nothing changes `model`'s parameters before the step)."""
+        if not self._bootstrap.concurrent:
+            return None
+        return self._bootstrap.submit(undo.save, model, optimizers)
 
     def _next_actions(self, x_next: Tensor) -> tuple[Tensor, Tensor | None]:
         """a' for the bootstrap, in [-1, 1], and log pi(a'|s') for a stochastic actor."""
@@ -267,13 +291,16 @@ class ContinuousLearner(ReplayLearning):
         optimizers = [self.actor_optimizer]
         if self.temperature_optimizer is not None:
             optimizers.append(self.temperature_optimizer)
+        saving = self._save_beside(self._actor_undo, self._actor_side, optimizers)
         for optimizer in optimizers:
             optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm, finite = average_and_clip(
             self._actor_side, loss, self.cfg.max_grad_norm, self.data_parallel, clip=actor
         )
-        taken = step_unless_non_finite(self._actor_undo, self._actor_side, optimizers, finite)
+        taken = step_unless_non_finite(
+            self._actor_undo, self._actor_side, optimizers, finite, _saved(saving)
+        )
         self.skips.record(taken)
         if not taken:
             return {"health/non_finite_updates": 1.0}
@@ -394,3 +421,11 @@ class _Batch:
     discounts: Tensor
     weights: Tensor
     indices: np.ndarray
+
+
+def _saved(saving: Future[None] | None) -> bool:
+    """Whether an undo copy was taken on the bootstrap thread (waiting for it to be done)."""
+    if saving is None:
+        return False
+    saving.result()
+    return True

@@ -115,13 +115,20 @@ def test_bfloat16_encoders_are_fine_for_the_families_with_encoders(algorithm):
     )
 
 
-@pytest.mark.parametrize("algorithm", ["appo", "pqn", "sac"])
-def test_the_thread_is_refused_where_there_is_no_target_pass(algorithm):
-    env = "Pendulum-v1" if algorithm == "sac" else "CartPole-v1"
+@pytest.mark.parametrize("algorithm", ["appo", "impala", "a3c", "pqn"])
+def test_the_bootstrap_thread_is_refused_where_there_is_no_target_pass(algorithm):
     with pytest.raises(ConfigError) as caught:
-        make_config(env=env, algorithm=algorithm, learner_bootstrap_thread=True)
+        make_config(env="CartPole-v1", algorithm=algorithm, learner_bootstrap_thread=True)
     (problem,) = caught.value.problems
     assert problem == (
         f"learner_bootstrap_thread: algorithm '{algorithm}' has no target-network pass to run "
-        "beside its update; use false (true applies to dqn, rainbow, qrdqn, iqn, fqf, mdqn)"
+        "beside its update; use false (true applies to dqn, rainbow, qrdqn, iqn, fqf, mdqn, "
+        "ddpg, td3, sac, crossq)"
     )
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "rainbow", "sac", "crossq"])
+def test_the_bootstrap_thread_is_fine_for_the_replay_families(algorithm):
+    env = "Pendulum-v1" if algorithm in ("sac", "crossq") else "CartPole-v1"
+    cfg = make_config(env=env, algorithm=algorithm, learner_bootstrap_thread=True)
+    assert cfg.learner_bootstrap_thread

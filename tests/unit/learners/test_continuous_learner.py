@@ -19,6 +19,7 @@ from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config, make_config
 from sampleforge.learners.continuous_learner import ContinuousLearner
 from sampleforge.models.factory import make_continuous_policy
+from sampleforge.testing.exact_state import exactly_equal
 from sampleforge.testing.replay_fakes import FakeStager
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
@@ -177,3 +178,63 @@ def test_the_non_finite_flag_is_the_fraction_of_the_take_s_updates():
     learner = make_learner(config("sac"))
     stats = learner.train([batch(0, returns=float("nan")), batch(1)], _noop)
     assert stats["health/non_finite_updates"] == 0.5 and learner.updates == 1
+
+
+# --- learner_bootstrap_thread: the bootstrap and the undo copies on a second thread ----------
+
+
+def _learner_state(learner: ContinuousLearner) -> dict[str, Any]:
+    modules = {
+        "actor": learner.model.actor,
+        "critics": learner.critics,
+        "alpha": learner.temperature,
+    }
+    if learner.target_critics is not None:
+        modules["target_critics"] = learner.target_critics
+    state = {
+        k: {n: t.detach().clone() for n, t in m.state_dict().items()} for k, m in modules.items()
+    }
+    state["optimizers"] = [
+        copy.deepcopy(o.state_dict()["state"])
+        for o in (learner.critic_optimizer, learner.actor_optimizer, learner.temperature_optimizer)
+        if o is not None
+    ]
+    return state
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_concurrent_learner_makes_the_serial_learners_updates(algorithm):
+    """Same weights, target critics, optimizer state, statistics and priorities after takes
+    with an actor update every other step and a non-finite batch: a' is drawn on the thread in
+    the order the serial learner draws it."""
+    common = dict(prioritized_replay=True, policy_delay=2, learning_rate=1e-2)
+    serial = make_learner(config(algorithm, **common))
+    concurrent = make_learner(config(algorithm, **common, learner_bootstrap_thread=True))
+    takes = [[batch(0), batch(1), batch(2)], [batch(3), batch(9, returns=float("nan")), batch(4)]]
+    for i, take in enumerate(takes):
+        stats = []
+        for learner in (serial, concurrent):
+            torch.manual_seed(100 + i)  # the draws of a' and of the actor's actions
+            stats.append(learner.train(take, _noop))
+        assert exactly_equal(stats[0], stats[1])
+        assert exactly_equal(_learner_state(serial), _learner_state(concurrent))
+    assert serial.updates == concurrent.updates == 5 and concurrent.skipped_updates == 1
+    sent = [learner.stager.sampler.priority_updates for learner in (serial, concurrent)]
+    assert len(sent[0]) == 5 and exactly_equal(sent[0], sent[1])
+
+
+@pytest.mark.parametrize("algorithm", ["td3", "sac"])
+def test_with_the_thread_an_overflowing_step_is_undone(algorithm):
+    learner = make_learner(config(algorithm, policy_delay=1, learner_bootstrap_thread=True))
+    learner.train([batch(0)], _noop)  # every optimizer has state now
+    before = _learner_state(learner)
+    learner.set_hyperparameters(
+        {"learning_rate": float("inf"), "actor_learning_rate": float("inf")}
+    )
+    stats = learner.train([batch(1)], _noop)
+    assert stats["health/non_finite_updates"] == 1.0
+    after = _learner_state(learner)
+    assert exactly_equal(after["critics"], before["critics"]) and exactly_equal(
+        after["actor"], before["actor"]
+    )
+    assert exactly_equal(after["optimizers"], before["optimizers"])

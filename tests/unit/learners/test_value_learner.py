@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import functools
 import io
-import math
 from typing import Any
 
 import gymnasium as gym
@@ -24,6 +23,7 @@ from sampleforge.config import Config, make_config
 from sampleforge.learners.optimization import NonFiniteTrainingError
 from sampleforge.learners.value_learner import ValueLearner
 from sampleforge.models.factory import make_q_policy
+from sampleforge.testing.exact_state import exactly_equal as same
 from sampleforge.testing.replay_fakes import FakeStager
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -66,19 +66,6 @@ def batch(seed: int = 0, returns: float | None = None, weight: float = 1.0) -> R
 
 def params(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
-
-
-def same(a: Any, b: Any) -> bool:
-    """Exact equality of nested dicts, lists, tensors and numbers (nan equals nan)."""
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if torch.is_tensor(a):
-        return torch.is_tensor(b) and a.shape == b.shape and torch.equal(a, b)
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a):
-        return math.isnan(b)  # a statistic not measured yet is nan in both
-    return a == b
 
 
 def _noop() -> None:
@@ -308,10 +295,7 @@ def test_the_concurrent_learner_makes_the_serial_learners_updates(name):
         assert same(params(serial.target), params(concurrent.target))
     assert serial.updates == concurrent.updates == 8 and serial.skipped_updates == 1
     sent = [learner.stager.sampler.priority_updates for learner in (serial, concurrent)]
-    assert len(sent[0]) == len(sent[1]) == 8
-    for (i0, p0), (i1, p1) in zip(*sent):
-        np.testing.assert_array_equal(i0, i1)
-        np.testing.assert_array_equal(p0, p1)
+    assert len(sent[0]) == 8 and same(sent[0], sent[1])
 
 
 @pytest.mark.parametrize("algorithm", VALUE_BASED)
