@@ -121,10 +121,17 @@ REFERENCES: dict[str, list[Reference]] = {
 }
 # The other algorithms' published figures, by (env, algorithm). PQN: the final returns issue 37
 # cites for CleanRL's pqn_atari_envpool.py (Gallici et al. 2024), after 10M agent steps (40M
-# frames).
+# frames). The replay family: CleanRL's dqn_atari.py after 10M agent steps (docs/rl-algorithms/
+# dqn.md: Pong 20.25 +- 0.41, Breakout 366.928 +- 39.89); its rainbow_atari.py publishes no
+# Pong or Breakout figure.
+_CLEANRL_DQN = {
+    "atari_pong": _cleanrl("dqn_atari.py", 40e6, 20.25),
+    "atari_breakout": _cleanrl("dqn_atari.py", 40e6, 366.928),
+}
 ALGORITHM_REFERENCES: dict[tuple[str, str], list[Reference]] = {
     ("atari_pong", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 20.5)],
     ("atari_breakout", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 385.0)],
+    **{(env, algo): [ref] for env, ref in _CLEANRL_DQN.items() for algo in ("dqn", "rainbow")},
 }
 
 
