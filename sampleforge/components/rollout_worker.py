@@ -76,6 +76,7 @@ class _Split:
     resent_step: int = -1  # a step whose request was sent twice: not trained on
     # Step T of the last rollout (observations, recurrent state), kept while no slot is free.
     carried: tuple[dict[str, np.ndarray], np.ndarray] | None = None
+    parked_at: int = 0  # when it last parked (a ticket): parked splits get slots in this order
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class RolloutWorker:
         self._timings = {"env_step": 0.0, "wait": 0.0}
         self._last_report = time.monotonic()
         self._started = False
+        self._park_tickets = 0
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -171,6 +173,8 @@ class RolloutWorker:
             # waits parked until one is free.
             if self._acquire_slot(split):
                 self._request_actions(split)
+            else:
+                self._park(split)
         self._started = True
 
     def poll(self, timeout: float) -> None:
@@ -178,10 +182,11 @@ class RolloutWorker:
         self.ledger.beat(self.worker_index)
         if not self._started:
             self.start()
-        parked = [s for s in self.splits if s.slot < 0]
+        parked = self._parked()
         for split in parked:
-            if self._acquire_slot(split):
-                self._request_actions(split)
+            if not self._acquire_slot(split):
+                break  # first come, first served: a later split gets no slot before it
+            self._request_actions(split)
         wait = min(timeout, 0.01) if parked else timeout
         t0 = time.perf_counter()
         messages = receive(self.inbox, wait)
@@ -208,6 +213,7 @@ class RolloutWorker:
     def restore_state(self, state: dict) -> None:
         self.close()
         self.splits = pickle.loads(state["splits"])
+        self._park_tickets = max(s.parked_at for s in self.splits)
         self._rng.bit_generator.state = state["rng"]
         self.paused, self._started = state["paused"], state["started"]
         self.reward_shaping = state["reward_shaping"]
@@ -305,10 +311,17 @@ class RolloutWorker:
                 if policy in self.reward_shaping:
                     envs.set_reward_shaping(i, seat, self.reward_shaping[policy])
 
+    def _parked(self) -> list[_Split]:
+        """The splits waiting for a slot, longest-waiting first."""
+        return sorted((s for s in self.splits if s.slot < 0), key=lambda s: s.parked_at)
+
     def _finish_rollout(self, split: _Split) -> None:
         finished = split.slot
         split.step = 0
-        if self._acquire_slot(split):
+        # A split already waiting goes first. Under back-pressure only a slot or two may be on
+        # their way; a finishing split that took the next one at once would starve its
+        # parked siblings, and their envs would stand still for the rest of the run.
+        if not self._parked() and self._acquire_slot(split):
             self.buffer.carry_over(finished, split.slot)
         else:
             # Keep step T ourselves: once handed over, the slot may be reused at any time.
@@ -317,8 +330,13 @@ class RolloutWorker:
                 {k: v[finished, -1].copy() for k, v in views.obs.items()},
                 views.rnn_states[finished, -1].copy(),
             )
-            split.slot = -1
+            self._park(split)
         self._hand_over(split, finished)
+
+    def _park(self, split: _Split) -> None:
+        """The split waits for a slot, behind those already waiting."""
+        self._park_tickets += 1
+        split.slot, split.parked_at = -1, self._park_tickets
 
     def _hand_over(self, split: _Split, slot: int) -> None:
         """Send the slot to the learner of each trained policy that acted in it."""
@@ -350,9 +368,9 @@ class RolloutWorker:
         a process killed while waiting on a shared queue could leave it unusable for
         everyone). A split without a slot stays parked; `poll` retries."""
         slot = self.slots.acquire(self.worker_index)  # None: back-pressure, or none free
-        split.slot = -1 if slot is None else slot
         if slot is None:
             return False
+        split.slot = slot
         if split.carried is not None:
             views = self._views
             observations, rnn_state = split.carried

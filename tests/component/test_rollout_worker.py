@@ -185,3 +185,23 @@ def test_worker_starts_no_rollout_while_the_learner_wants_no_more_slots():
     for _ in range(3):
         worker.poll(0.05)
     assert sum(s.slot >= 0 for s in worker.splits) == 1
+
+
+def test_splits_take_turns_when_only_one_slot_may_be_on_its_way():
+    # A value-based learner's replay ratio lets one slot or two be on their way. The split that
+    # finishes a rollout must not take the next slot from a sibling already waiting for one:
+    # that sibling's envs would stand still for the rest of the run.
+    worker, buffer, queues = _setup(rollout=2, num_slots=6)
+    worker.ledger.set_sampling_slots(0, 1)
+    rng = np.random.default_rng(4)
+    send_many(queues["inbox"], [Resume()])
+    rollouts = {0: 0, 1: 0}
+    for _ in range(60):
+        worker.poll(0.02)
+        _answer_requests(buffer, queues, rng)
+        for msg in receive(queues["learner"], 0.0):  # the learner copies each slot at once
+            rollouts[msg.split] += 1
+            worker.ledger.reader_done(msg.slot, 0)
+            send_many(queues["free"], [msg.slot])
+    assert rollouts[0] + rollouts[1] >= 10
+    assert abs(rollouts[0] - rollouts[1]) <= 1, rollouts
