@@ -61,6 +61,16 @@ class BootstrapThread:
             self._pool.shutdown(wait=True)
 
 
+def undo_copy_taken(saving: Future[None] | None) -> bool:
+    """Whether the undo copy of a step was taken on the thread (`saving` is its future, None
+    when it was not); waits until it is done, since the step may not change the parameters
+    before."""
+    if saving is None:
+        return False
+    saving.result()
+    return True
+
+
 def _without_grad(fn: Callable[..., T], *args: object) -> T:
     # Grad mode is thread-local: a new thread starts with autograd on.
     with torch.no_grad():

@@ -50,7 +50,7 @@ from sampleforge.algo.continuous_control import (
 )
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
-from sampleforge.learners.bootstrap_thread import BootstrapThread
+from sampleforge.learners.bootstrap_thread import BootstrapThread, undo_copy_taken
 from sampleforge.learners.optimization import (
     all_ranks,
     average_and_clip,
@@ -223,7 +223,11 @@ class ContinuousLearner(ReplayLearning):
             self.critics, loss, self.cfg.max_grad_norm, self.data_parallel
         )
         taken = step_unless_non_finite(
-            self._critic_undo, self.critics, [self.critic_optimizer], finite, _saved(saving)
+            self._critic_undo,
+            self.critics,
+            [self.critic_optimizer],
+            finite,
+            undo_copy_taken(saving),
         )
         self.skips.record(taken)
         if not taken:
@@ -299,7 +303,7 @@ class ContinuousLearner(ReplayLearning):
             self._actor_side, loss, self.cfg.max_grad_norm, self.data_parallel, clip=actor
         )
         taken = step_unless_non_finite(
-            self._actor_undo, self._actor_side, optimizers, finite, _saved(saving)
+            self._actor_undo, self._actor_side, optimizers, finite, undo_copy_taken(saving)
         )
         self.skips.record(taken)
         if not taken:
@@ -421,11 +425,3 @@ class _Batch:
     discounts: Tensor
     weights: Tensor
     indices: np.ndarray
-
-
-def _saved(saving: Future[None] | None) -> bool:
-    """Whether an undo copy was taken on the bootstrap thread (waiting for it to be done)."""
-    if saving is None:
-        return False
-    saving.result()
-    return True

@@ -37,7 +37,7 @@ from sampleforge.algo.q_learning import (
 )
 from sampleforge.buffers.replay import ReplayBatch
 from sampleforge.config import Config
-from sampleforge.learners.bootstrap_thread import BootstrapThread
+from sampleforge.learners.bootstrap_thread import BootstrapThread, undo_copy_taken
 from sampleforge.learners.optimization import (
     all_ranks,
     average_and_clip,
@@ -180,9 +180,7 @@ class ValueLearner(ReplayLearning):
         grad_norm, finite = average_and_clip(
             self.network, td.loss, self.cfg.max_grad_norm, self.data_parallel
         )
-        if saving is not None:
-            saving.result()
-        if not self._step(finite, saved=saving is not None):
+        if not self._step(finite, saved=undo_copy_taken(saving)):
             return {"health/non_finite_updates": 1.0}
         if self.cfg.prioritized_replay:
             self.stager.sampler.update_priorities(
