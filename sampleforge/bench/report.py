@@ -19,7 +19,12 @@ JSON keys (stable; scripts read them):
   transitions; an on-policy learner's trained samples);
 - a learner with a replay (null otherwise): `samples_per_insert` (the replay ratio its rate
   limiter observed since learning started), `replay_bytes_per_transition` (memory the replay
-  holds per stored transition), `replay_size` (transitions it can sample from now);
+  holds per stored transition), `replay_size` (transitions it can sample from now), and
+  `replay_speed` (`bench/replay_speed.py`, on a replay filled by random play of the env, one
+  thread): `bytes_per_transition_at_capacity` (a full replay of `replay_size`),
+  `compressed_bytes_per_frame`, `batches_per_sec` and `batches_per_cpu_sec` (stacked batches of
+  `batch_size` sampled and decoded), `sum_tree_samples_per_sec`, `sum_tree_updates_per_sec`
+  and their `_per_cpu_sec` (a 1M sum tree, batches of 256);
 - plus `cores`, `frameskip`, `inference_batch_size`, `costs_us` (per-sample costs in
   microseconds: `env_step`, `inference`, `learner`, and `sgd_step`, the time of one learner
   update measured alone), `memory_mb`, `bottleneck` and `perf` (seconds per component
@@ -57,6 +62,7 @@ class BenchReport:
     samples_per_insert: float | None = None  # these three: learners with a replay only
     replay_bytes_per_transition: float | None = None
     replay_size: float | None = None
+    replay_speed: dict[str, float | None] | None = None  # bench/replay_speed.py: ReplaySpeed
     learner_limit_fps: float = float("nan")
 
     @property
@@ -133,6 +139,22 @@ class BenchReport:
             f"per insert",
             f"                     {self.replay_bytes_per_transition or 0.0:>12,.0f} bytes per "
             f"transition   {self.replay_size or 0.0:,.0f} transitions to sample from",
+            *self._replay_speed_lines(),
+        ]
+
+    def _replay_speed_lines(self) -> list[str]:
+        speed = self.replay_speed
+        if not speed:
+            return []
+        frame = speed["compressed_bytes_per_frame"]
+        frames = "" if frame is None else f"   ({frame:,.0f} bytes a compressed frame)"
+        return [
+            f"  replay when full   {speed['bytes_per_transition_at_capacity']:>12,.0f} bytes per "
+            f"transition{frames}",
+            f"  replay sampling    {speed['batches_per_cpu_sec']:>12,.0f} batches per CPU "
+            f"second, one thread   sum tree (1M, batches of 256): "
+            f"{speed['sum_tree_samples_per_cpu_sec']:,.0f} draws and "
+            f"{speed['sum_tree_updates_per_cpu_sec']:,.0f} updates per CPU second",
         ]
 
     def lines(self) -> list[str]:

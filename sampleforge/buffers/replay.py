@@ -194,6 +194,13 @@ class ReplayBuffer:
     def slots_per_stream(self) -> int:
         return self._layout.slots_per_stream
 
+    def compressed_bytes_per_frame(self) -> float | None:
+        """The mean compressed size of the frames held now (every frame key), or None while
+        none are held."""
+        frames = sum(store.frames_stored for store in self._stores.values())
+        compressed = sum(store.compressed_bytes for store in self._stores.values())
+        return compressed / frames if frames else None
+
     def nbytes(self) -> int:
         """The memory held now: numpy rings, the sum tree and the compressed frames."""
         arrays = [self._actions, self._rewards, self._dones, self._valids, self._ready]

@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
 from sampleforge.cli.signals import stop_on_signals
@@ -106,6 +107,7 @@ def _measure(args: argparse.Namespace, base) -> int:
     with MachineLoad() as costs_load:
         costs = compute_costs(base, batch)
     stats = train.learner_stats
+    replay = _replay_speed(base, seconds=min(1.0, args.duration / 10))
     report = BenchReport(
         env=base.env,
         num_envs=base.num_workers * base.num_envs_per_worker,
@@ -140,11 +142,35 @@ def _measure(args: argparse.Namespace, base) -> int:
         samples_per_insert=stats.get("replay/samples_per_insert"),
         replay_bytes_per_transition=stats.get("replay/bytes_per_transition"),
         replay_size=stats.get("replay/size"),
+        replay_speed=None if replay is None else asdict(replay),
     )
     print("\n".join(report.lines()))
     if args.json:
         print(report.to_json())
     return 0
+
+
+def _replay_speed(cfg, seconds: float):
+    """The replay's own figures (`bench/replay_speed.py`, each speed timed `seconds` a run)
+    for an algorithm with a replay, on `cfg`'s env; None for one without, or for an env the
+    random-play filler cannot step."""
+    from sampleforge.bench.replay_speed import replay_speed
+    from sampleforge.config.algorithms import uses_replay
+    from sampleforge.envs.envpool_env import is_envpool_spec
+    from sampleforge.envs.registry import resolve_env
+
+    if not uses_replay(cfg.algorithm):
+        return None
+    spec = resolve_env(cfg.env)
+    if spec.multi_agent or is_envpool_spec(spec):
+        print(
+            "replay figures not measured: the random-play filler steps single-agent Gymnasium "
+            f"envs, and {cfg.env} is {'multi-agent' if spec.multi_agent else 'an EnvPool batch'}",
+            file=sys.stderr,
+        )
+        return None
+    print("measuring the replay (filled by random play, one thread) ...", file=sys.stderr)
+    return replay_speed(cfg, seconds=seconds)
 
 
 def _bench_config(args: argparse.Namespace):

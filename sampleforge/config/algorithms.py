@@ -66,3 +66,12 @@ def family_algorithms(family: FamilyName) -> tuple[str, ...]:
 def algorithm_family(algorithm: str) -> FamilyName:
     """The family of `algorithm` (validation has checked the name)."""
     return ALGORITHM_FAMILIES[algorithm]
+
+
+# The families that learn from a replay (the others from fresh trajectories).
+REPLAY_FAMILIES: tuple[FamilyName, ...] = ("value_based", "continuous_control")
+
+
+def uses_replay(algorithm: str) -> bool:
+    """Whether `algorithm` learns from a replay, held to `samples_per_insert`."""
+    return algorithm_family(algorithm) in REPLAY_FAMILIES

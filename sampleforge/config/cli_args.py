@@ -11,7 +11,7 @@ import math
 import typing
 from typing import Any, Sequence
 
-from sampleforge.config.algorithms import FamilyName, family_algorithms
+from sampleforge.config.algorithms import REPLAY_FAMILIES, FamilyName, family_algorithms
 from sampleforge.config.schema import Config, config_fields
 from sampleforge.config.validation import ConfigError, make_config, suggest_name
 
@@ -33,7 +33,7 @@ _GROUP_TITLES = {
     "distributed": "data-parallel training (torchrun; docs/distributed.md)",
     "learner": "learner and optimizer",
     "actor_critic": _algorithms_title("actor-critic", ("actor_critic",)),
-    "replay": _algorithms_title("replay", ("value_based", "continuous_control")),
+    "replay": _algorithms_title("replay", REPLAY_FAMILIES),
     "value_based": _algorithms_title("value-based", ("value_based", "pqn")),
     "continuous_control": _algorithms_title("continuous-control", ("continuous_control",)),
     "model": "model",

@@ -29,7 +29,7 @@ from sampleforge.algo.actor_critic_settings import ActorCriticSettings
 from sampleforge.algo.continuous_settings import ContinuousSettings
 from sampleforge.algo.settings import setting
 from sampleforge.algo.value_settings import ValueSettings
-from sampleforge.config.algorithms import AlgorithmName, algorithm_family
+from sampleforge.config.algorithms import AlgorithmName, uses_replay
 
 StopOnName = Literal["training", "evaluation"]
 
@@ -552,7 +552,7 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
         throughput figure must be quoted with to compare with another system. A replay learner
         makes one step per batch of `batch_size` samples drawn, `samples_per_insert` per sample
         stored; an on-policy one `num_epochs` passes of minibatches over each dataset."""
-        if algorithm_family(self.algorithm) in ("value_based", "continuous_control"):
+        if uses_replay(self.algorithm):
             return 1000.0 * self.samples_per_insert / self.batch_size
         return 1000.0 * self.num_epochs * self.num_batches_per_epoch / self.dataset_size
 

@@ -16,7 +16,12 @@ import typing
 from typing import Any, Callable, Iterable, Mapping
 
 from sampleforge.comms.cpu_affinity import affinity_supported
-from sampleforge.config.algorithms import ALGORITHM_FAMILIES, FamilyName, family_algorithms
+from sampleforge.config.algorithms import (
+    ALGORITHM_FAMILIES,
+    REPLAY_FAMILIES,
+    FamilyName,
+    family_algorithms,
+)
 from sampleforge.config.ranges import FLOAT32_MAX, config_hints, float_problems, seed_problems
 from sampleforge.config.schema import Config, config_fields
 from sampleforge.config.sources import SOURCES_KEY, attach_sources, layered_settings
@@ -316,10 +321,6 @@ def experiment_name_problem(name: str) -> str | None:
     return None
 
 
-# Families that learn from a replay: their batches are transitions, not whole trajectories.
-_REPLAY_FAMILIES: tuple[FamilyName, ...] = ("value_based", "continuous_control")
-
-
 def cross_field_problems(cfg: Config) -> list[str]:
     """Rules that tie several settings together."""
     problems = []
@@ -328,7 +329,7 @@ def cross_field_problems(cfg: Config) -> list[str]:
             f"num_envs_per_worker ({cfg.num_envs_per_worker}) must be divisible by "
             f"worker_num_splits ({cfg.worker_num_splits})"
         )
-    replay = ALGORITHM_FAMILIES.get(cfg.algorithm) in _REPLAY_FAMILIES
+    replay = ALGORITHM_FAMILIES.get(cfg.algorithm) in REPLAY_FAMILIES
     if cfg.rollout >= 1 and cfg.batch_size % cfg.rollout and not replay:
         problems.append(
             f"batch_size ({cfg.batch_size}) must be a multiple of rollout "
@@ -412,7 +413,7 @@ def _distributed_problems(cfg: Config) -> list[str]:
         for name, why in refused.items()
         if getattr(cfg, name)
     ]
-    if cfg.sync_fraction < 1.0 and ALGORITHM_FAMILIES.get(cfg.algorithm) in _REPLAY_FAMILIES:
+    if cfg.sync_fraction < 1.0 and ALGORITHM_FAMILIES.get(cfg.algorithm) in REPLAY_FAMILIES:
         problems.append(
             f"sync_fraction ({cfg.sync_fraction:g}) applies to datasets of fresh trajectories; "
             f"algorithm {cfg.algorithm!r} trains on replay batches every rank has (use 1)"
@@ -455,12 +456,11 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             f"in {cfg.learner_precision}; use float32 ({cfg.learner_precision} applies to "
             f"{', '.join(a for a, f in ALGORITHM_FAMILIES.items() if f != family)})"
         )
-    replay_families: tuple[FamilyName, ...] = ("value_based", "continuous_control")
-    if family not in replay_families and cfg.learner_bootstrap_thread:
+    if family not in REPLAY_FAMILIES and cfg.learner_bootstrap_thread:
         problems.append(
             f"learner_bootstrap_thread: algorithm {cfg.algorithm!r} has no target-network "
             f"pass to run beside its update; use false (true applies to "
-            f"{', '.join(a for f in replay_families for a in family_algorithms(f))})"
+            f"{', '.join(a for f in REPLAY_FAMILIES for a in family_algorithms(f))})"
         )
     if cfg.munchausen and cfg.q_head != "scalar":
         problems.append(

@@ -84,6 +84,7 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys, monkeypatc
     # The vector family: 4 epochs x 4 minibatches of 512 -> 16 SGD steps per 2,048 samples.
     assert data["sgd_steps_per_1000_samples"] == pytest.approx(16000 / 2048)
     assert "7.81 SGD steps per 1,000 samples" in out
+    assert data["replay_speed"] is None and "replay sampling" not in out  # APPO: no replay
 
 
 @pytest.mark.benchmark  # a sweep of several bench runs: over 20 s, beyond CI's budget
@@ -159,3 +160,14 @@ def test_bench_of_a_value_based_algorithm_reports_its_replay(capsys, monkeypatch
     assert costs["learner"] == pytest.approx(costs["sgd_step"] * ratio / 64)  # batch_size 64
     assert data["sgd_steps_per_1000_samples"] == pytest.approx(1000 * ratio / 64)
     assert "transitions inserted/s" in out and "samples per insert" in out
+    # The replay's own figures, on a replay of the run's settings filled by random play.
+    speed = data["replay_speed"]
+    assert speed["compressed_bytes_per_frame"] is None  # CartPole: no frames
+    assert speed["bytes_per_transition_at_capacity"] > 0
+    for key in (
+        "batches_per_cpu_sec",
+        "sum_tree_samples_per_cpu_sec",
+        "sum_tree_updates_per_cpu_sec",
+    ):
+        assert speed[key] > 0, key
+    assert "replay sampling" in out and "replay when full" in out
