@@ -64,7 +64,9 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys, monkeypatc
     # Whether a ratio is printed depends on what else the machine runs; here it is pinned to
     # "nothing", so the ratios always show (and "withheld" never does) on a busy machine too.
     _machine_runs_only_the_bench(monkeypatch)
-    assert main(["bench", *SMALL, "--json"]) == 0
+    # A rate needs two progress reports (a dataset of 2,048 frames each) in the window: 8 s
+    # gives several even at the 900 frames/s of a machine shared with other tests (3 s did not).
+    assert main(["bench", *SMALL, "--duration", "8", "--json"]) == 0
     assert bench_folders and _all_gone(bench_folders)  # its throwaway experiment is gone
     out = capsys.readouterr().out
     data = json.loads(out.strip().splitlines()[-1])
