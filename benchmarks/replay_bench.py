@@ -5,10 +5,10 @@ sum-tree draws and priority updates per second.
 
 The figures `sampleforge bench --algorithm rainbow` reports (`sampleforge/bench/replay_speed.py`),
 for Pong and Breakout side by side: a replay of Rainbow's Atari settings (uint8 [4, 84, 84]
-observations, n-step 3, prioritized) filled past its capacity of ``--transitions`` by
+observations, n-step 3, prioritized), filled past its capacity of ``--transitions`` by
 ``--streams`` envs played by a uniformly random policy (random play moves the screen more than
 a trained agent's does early on, and Breakout's random play loses lives often, so episode
-starts are frequent). Reports per game:
+starts are frequent), and priced at 1M transitions. Reports per game:
 
 * bytes per transition held, and for a full 1M replay (``estimate_replay_bytes`` with the
   measured mean compressed frame size; target <= 500 B);
@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     figures: dict[str, object] = {"load_average_before": os.getloadavg()[0]}
     for game in GAMES:
-        cfg = make_config(algorithm="rainbow", env=game)  # 1M replay, n = 3, prioritized
+        cfg = make_config(algorithm="rainbow", env=game, replay_size=1_000_000)  # n = 3, PER
         speed = replay_speed(
             cfg,
             transitions=args.transitions,

@@ -22,7 +22,7 @@ def test_random_play_fills_every_stream_past_its_ring():
 
 @pytest.mark.timeout(120)
 def test_atari_frames_of_a_full_1m_replay_take_under_500_bytes_per_transition():
-    cfg = make_config(algorithm="rainbow", env="atari_pong")  # a 1M replay, n = 3, prioritized
+    cfg = make_config(algorithm="rainbow", env="atari_pong", replay_size=1_000_000)  # n = 3, PER
     speed = replay_speed(cfg, transitions=2_000, streams=2, seconds=0.05, repeats=1)
     # Issue 37's target: at most 0.5 KB per 84x84 4-stack transition (one frame stored per
     # transition, LZ4-compressed against a keyframe: 7,056 raw bytes a frame).
