@@ -21,10 +21,11 @@ JSON keys (stable; scripts read them):
   limiter observed since learning started), `replay_bytes_per_transition` (memory the replay
   holds per stored transition), `replay_size` (transitions it can sample from now), and
   `replay_speed` (`bench/replay_speed.py`, on a replay filled by random play of the env, one
-  thread): `bytes_per_transition_at_capacity` (a full replay of `replay_size`),
-  `compressed_bytes_per_frame`, `batches_per_sec` and `batches_per_cpu_sec` (stacked batches of
-  `batch_size` sampled and decoded), `sum_tree_samples_per_sec`, `sum_tree_updates_per_sec`
-  and their `_per_cpu_sec` (a 1M sum tree, batches of 256);
+  thread): `bytes_per_transition_held` (that replay's), `bytes_per_transition_at_capacity`
+  (a full replay of `replay_size`), `compressed_bytes_per_frame`, `batches_per_sec` and
+  `batches_per_cpu_sec` (stacked batches of `batch_size` sampled and decoded),
+  `sum_tree_samples_per_sec`, `sum_tree_updates_per_sec` and their `_per_cpu_sec` (a 1M sum
+  tree, batches of 256);
 - plus `cores`, `frameskip`, `inference_batch_size`, `costs_us` (per-sample costs in
   microseconds: `env_step`, `inference`, `learner`, and `sgd_step`, the time of one learner
   update measured alone), `memory_mb`, `bottleneck` and `perf` (seconds per component
@@ -59,7 +60,7 @@ class BenchReport:
     device: str = "cpu"  # where inference and learner costs were measured
     sgd_steps_per_sec: float = float("nan")
     transitions_per_sec: float = float("nan")
-    samples_per_insert: float | None = None  # these three: learners with a replay only
+    samples_per_insert: float | None = None  # these four: learners with a replay only
     replay_bytes_per_transition: float | None = None
     replay_size: float | None = None
     replay_speed: dict[str, float | None] | None = None  # bench/replay_speed.py: ReplaySpeed
