@@ -159,7 +159,17 @@ def replay_speed(
 ) -> ReplaySpeed:
     """The replay figures of `cfg`'s env and replay settings (module docstring): a replay of
     `transitions` filled by random play of `streams` envs, and a 1M sum tree."""
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one core's figures; the caller's setting comes back after
+    try:
+        return _replay_speed(cfg, transitions, streams, seconds, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _replay_speed(
+    cfg: Config, transitions: int, streams: int, seconds: float, repeats: int
+) -> ReplaySpeed:
     replay = fill_by_random_play(
         cfg.env,
         capacity=transitions,
