@@ -10,45 +10,26 @@ import pytest
 import torch
 
 from sampleforge.cli.main import main
-from sampleforge.envs import env_info
 from sampleforge.envs.registry import resolve_env
-from sampleforge.evaluation import (
-    LocalPolicy,
-    find_checkpoint,
-    read_experiment_config,
-    read_weights_file,
-    run_episodes,
-)
+from sampleforge.evaluation import run_episodes
 from sampleforge.models.continuous_policy import ContinuousPolicy
+from sampleforge.testing.experiment_files import experiment_flags, experiment_policy
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _flags(experiment):
-    return ["--train_dir", str(experiment.parent), "--experiment", experiment.name]
-
-
-def _policy(experiment, checkpoint="latest") -> LocalPolicy:
-    info = env_info("Pendulum-v1")
-    return LocalPolicy.build(
-        read_experiment_config(experiment),
-        info.observation_space,
-        info.action_space,
-        state_dict=read_weights_file(find_checkpoint(experiment, checkpoint)),
-    )
-
-
 def test_enjoy_plays_a_sac_policy(sac_experiment, capsys):
-    assert main(["enjoy", *_flags(sac_experiment), "--max_num_episodes", "1"]) == 0
+    assert main(["enjoy", *experiment_flags(sac_experiment), "--max_num_episodes", "1"]) == 0
     out = capsys.readouterr().out
     assert len(re.findall(r"episode \d+: return -?[\d.]+, length 200", out)) == 1
 
 
 def test_eval_of_a_sac_policy_matches_the_python_evaluation(sac_experiment, capsys):
-    args = ["eval", *_flags(sac_experiment), "--eval_episodes", "2", "--seed", "4", "--json"]
+    flags = experiment_flags(sac_experiment)
+    args = ["eval", *flags, "--eval_episodes", "2", "--seed", "4", "--json"]
     assert main([*args, "--num_processes", "2"]) == 0
     pooled = json.loads(capsys.readouterr().out)
-    policy = _policy(sac_experiment)
+    policy = experiment_policy(sac_experiment, "Pendulum-v1")
     assert isinstance(policy.model, ContinuousPolicy)
     local = run_episodes(policy, resolve_env("Pendulum-v1"), 2, seed=4, deterministic=True)
     # The same episodes; a continuous action from a batch of another size differs in its last
@@ -61,9 +42,9 @@ def test_export_of_a_sac_policy_gives_its_deterministic_actions_in_the_bounds(
     sac_experiment, capsys, tmp_path
 ):
     output = tmp_path / "policy.onnx"
-    assert main(["export", *_flags(sac_experiment), "--output", str(output)]) == 0
+    assert main(["export", *experiment_flags(sac_experiment), "--output", str(output)]) == 0
     assert "inputs obs; outputs action" in capsys.readouterr().out
-    policy = _policy(sac_experiment)
+    policy = experiment_policy(sac_experiment, "Pendulum-v1")
     obs = np.random.default_rng(0).normal(size=(64, 3)).astype(np.float32)
     (action,) = onnxruntime.InferenceSession(str(output)).run(None, {"obs": obs})
     deterministic, _ = policy.predict(obs, deterministic=True)

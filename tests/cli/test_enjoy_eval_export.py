@@ -10,24 +10,15 @@ import pytest
 import torch
 
 from sampleforge.cli.main import main
-from sampleforge.envs import env_info
-from sampleforge.evaluation import (
-    LocalPolicy,
-    find_checkpoint,
-    read_experiment_config,
-    read_weights_file,
-)
 from sampleforge.export import PolicyStep
+from sampleforge.testing.experiment_files import experiment_flags, experiment_policy
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _flags(experiment):
-    return ["--train_dir", str(experiment.parent), "--experiment", experiment.name]
-
-
 def test_enjoy_prints_returns_and_writes_a_playable_video(experiment, capsys):
-    assert main(["enjoy", *_flags(experiment), "--max_num_episodes", "2", "--save_video"]) == 0
+    flags = experiment_flags(experiment)
+    assert main(["enjoy", *flags, "--max_num_episodes", "2", "--save_video"]) == 0
     out = capsys.readouterr().out
     lengths = [int(n) for n in re.findall(r"episode \d+: return [\d.]+, length (\d+)", out)]
     assert len(lengths) == 2
@@ -45,7 +36,7 @@ def test_enjoy_without_an_experiment_is_bad_input(tmp_path, capsys):
 
 
 def test_eval_in_processes_matches_one_process(experiment, capsys):
-    args = ["eval", *_flags(experiment), "--eval_episodes", "6", "--seed", "4", "--json"]
+    args = ["eval", *experiment_flags(experiment), "--eval_episodes", "6", "--seed", "4", "--json"]
     assert main([*args, "--num_processes", "2"]) == 0
     pooled = json.loads(capsys.readouterr().out)
     assert main([*args, "--num_processes", "1"]) == 0
@@ -60,7 +51,7 @@ def test_eval_of_the_best_evaluated_weights(experiment, capsys):
         main(
             [
                 "eval",
-                *_flags(experiment),
+                *experiment_flags(experiment),
                 "--checkpoint",
                 "best_eval",
                 "--eval_episodes",
@@ -78,16 +69,10 @@ def test_eval_of_the_best_evaluated_weights(experiment, capsys):
 
 def test_export_onnx_matches_pytorch(experiment, capsys, tmp_path):
     output = tmp_path / "policy.onnx"
-    assert main(["export", *_flags(experiment), "--format", "onnx", "--output", str(output)]) == 0
+    flags = experiment_flags(experiment)
+    assert main(["export", *flags, "--format", "onnx", "--output", str(output)]) == 0
     assert "outputs action, action_logits, value" in capsys.readouterr().out
-    cfg = read_experiment_config(experiment)
-    info = env_info("CartPole-v1")
-    policy = LocalPolicy.build(
-        cfg,
-        info.observation_space,
-        info.action_space,
-        state_dict=read_weights_file(find_checkpoint(experiment)),
-    )
+    policy = experiment_policy(experiment, "CartPole-v1")
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     with torch.no_grad():
         expected = [t.numpy() for t in PolicyStep(policy.model)(torch.from_numpy(obs))]

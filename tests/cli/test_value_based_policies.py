@@ -10,46 +10,27 @@ import pytest
 import torch
 
 from sampleforge.cli.main import main
-from sampleforge.envs import env_info
 from sampleforge.envs.registry import resolve_env
-from sampleforge.evaluation import (
-    LocalPolicy,
-    find_checkpoint,
-    read_experiment_config,
-    read_weights_file,
-    run_episodes,
-)
+from sampleforge.evaluation import run_episodes
 from sampleforge.models.q_policy import QPolicy
+from sampleforge.testing.experiment_files import experiment_flags, experiment_policy
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _flags(experiment):
-    return ["--train_dir", str(experiment.parent), "--experiment", experiment.name]
-
-
-def _policy(experiment, checkpoint="latest") -> LocalPolicy:
-    info = env_info("CartPole-v1")
-    return LocalPolicy.build(
-        read_experiment_config(experiment),
-        info.observation_space,
-        info.action_space,
-        state_dict=read_weights_file(find_checkpoint(experiment, checkpoint)),
-    )
-
-
 def test_enjoy_plays_a_dqn_policy(dqn_experiment, capsys):
-    assert main(["enjoy", *_flags(dqn_experiment), "--max_num_episodes", "2"]) == 0
+    assert main(["enjoy", *experiment_flags(dqn_experiment), "--max_num_episodes", "2"]) == 0
     out = capsys.readouterr().out
     assert len(re.findall(r"episode \d+: return [\d.]+, length \d+", out)) == 2
     assert "mean return" in out
 
 
 def test_eval_of_a_dqn_policy_matches_the_python_evaluation(dqn_experiment, capsys):
-    args = ["eval", *_flags(dqn_experiment), "--eval_episodes", "3", "--seed", "4", "--json"]
+    flags = experiment_flags(dqn_experiment)
+    args = ["eval", *flags, "--eval_episodes", "3", "--seed", "4", "--json"]
     assert main([*args, "--num_processes", "2"]) == 0
     pooled = json.loads(capsys.readouterr().out)
-    policy = _policy(dqn_experiment)
+    policy = experiment_policy(dqn_experiment, "CartPole-v1")
     assert isinstance(policy.model, QPolicy)
     local = run_episodes(policy, resolve_env("CartPole-v1"), 3, seed=4, deterministic=True)
     assert pooled["returns"] == list(local.returns) and pooled["episodes"] == 3
@@ -57,16 +38,16 @@ def test_eval_of_a_dqn_policy_matches_the_python_evaluation(dqn_experiment, caps
 
 def test_eval_of_a_dqn_policy_s_best_evaluated_weights(dqn_experiment, capsys):
     args = ["--checkpoint", "best_eval", "--eval_episodes", "2", "--num_processes", "1"]
-    assert main(["eval", *_flags(dqn_experiment), *args]) == 0
+    assert main(["eval", *experiment_flags(dqn_experiment), *args]) == 0
     out = capsys.readouterr().out
     assert str(dqn_experiment / "eval" / "p0" / "best.pt") in out
 
 
 def test_export_of_a_dqn_policy_gives_greedy_actions_and_q_values(dqn_experiment, capsys, tmp_path):
     output = tmp_path / "policy.onnx"
-    assert main(["export", *_flags(dqn_experiment), "--output", str(output)]) == 0
+    assert main(["export", *experiment_flags(dqn_experiment), "--output", str(output)]) == 0
     assert "inputs obs; outputs action, q_values" in capsys.readouterr().out
-    policy = _policy(dqn_experiment)
+    policy = experiment_policy(dqn_experiment, "CartPole-v1")
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     action, q_values = onnxruntime.InferenceSession(str(output)).run(None, {"obs": obs})
     with torch.no_grad():
