@@ -3,7 +3,8 @@
 Responsibility: put a learner's state on disk so that a crash at any instant
 leaves either the old set of checkpoints or the old set plus one complete new
 checkpoint, never a half-written file that looks valid; find the newest
-*usable* checkpoint again on resume; keep a copy of the best-scoring one.
+*usable* checkpoint again on resume; keep the best-scoring one (a copy, or the
+part of its state the caller names, such as all but a saved replay).
 
 Layout of ``<experiment_dir>/checkpoints/p<policy_id>/`` (see
 :func:`policy_checkpoint_dir`)::
@@ -135,25 +136,37 @@ class CheckpointStore:
         env_steps: int,
         policy_version: int,
         mean_return: float | None = None,
+        best_state: dict | None = None,
     ) -> Path:
         """Atomically write ``state`` as a new checkpoint and return its path.
 
         ``state`` must hold only plain data (see the module docstring); a
         ``"format_version"`` key is added. If ``mean_return`` is finite and
         beats :attr:`best_mean_return`, ``best.pt`` and ``best.json`` are
-        updated too. Old checkpoints beyond ``keep_last`` and stale temp files
-        are removed only after everything above succeeded.
+        updated too: ``best.pt`` holds ``best_state`` when given (a part of
+        ``state`` worth keeping with the score, such as all but a saved
+        replay), else a copy of the checkpoint. Old checkpoints beyond
+        ``keep_last`` and stale temp files are removed only after everything
+        above succeeded.
         """
         if env_steps < 0 or policy_version < 0:
             raise ValueError("env_steps and policy_version must be non-negative")
         payload = _with_format_version(state)
         _check_plain_data(payload, "state")
+        new_best = mean_return is not None and _is_new_best(mean_return, self._best_mean_return)
+        best_payload = None
+        if new_best and best_state is not None:
+            best_payload = _with_format_version(best_state)
+            _check_plain_data(best_payload, "best_state")
         self.directory.mkdir(parents=True, exist_ok=True)
 
         path = self.directory / f"checkpoint_{policy_version:09d}_{env_steps}.pt"
         self._write_verified(path, lambda f: torch.save(payload, f))
-        if mean_return is not None and _is_new_best(mean_return, self._best_mean_return):
-            self._write_best(path, mean_return, env_steps=env_steps, version=policy_version)
+        if new_best:
+            assert mean_return is not None
+            self._write_best(
+                path, best_payload, mean_return, env_steps=env_steps, version=policy_version
+            )
         self._prune(keep=path)
         return path
 
@@ -179,16 +192,26 @@ class CheckpointStore:
         _fsync_dir(self.directory)
 
     def _write_best(
-        self, source: Path, mean_return: float, *, env_steps: int, version: int
+        self,
+        source: Path,
+        payload: dict | None,
+        mean_return: float,
+        *,
+        env_steps: int,
+        version: int,
     ) -> None:
-        """Copy ``source`` to best.pt and record its score in best.json."""
+        """Write ``payload`` (None: a copy of the checkpoint ``source``) to best.pt and
+        record its score in best.json."""
 
         def copy(f: BinaryIO) -> None:
             with open(source, "rb") as src:
                 while chunk := src.read(_HASH_CHUNK):
                     f.write(chunk)
 
-        self._write_verified(self.best_path, copy)
+        def write(f: BinaryIO) -> None:
+            torch.save(payload, f)
+
+        self._write_verified(self.best_path, copy if payload is None else write)
         info = {
             "mean_return": float(mean_return),
             "env_steps": env_steps,

@@ -425,13 +425,14 @@ class LearnerWorker:
         self.learner.assert_finite()
         state = self.learner.state_dict()
         lasting = self.stager.lasting_state() if self.cfg.save_replay else None
-        if lasting is not None:
-            state[STAGER_KEY] = lasting
         path = self.store.save(
-            state,
+            state if lasting is None else {**state, STAGER_KEY: lasting},
             env_steps=self.learner.env_steps,
             policy_version=self.learner.policy_version,
             mean_return=msg.mean_return,
+            # The best checkpoint is for its weights (enjoy, eval, export): without the replay,
+            # which would otherwise be on disk once more at every new best.
+            best_state=None if lasting is None else state,
         )
         send_many(
             self.report_queue,

@@ -13,7 +13,7 @@ from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.buffers.shared_weights import SharedPolicyWeights, model_numel
 from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
-from sampleforge.checkpoint.store import checkpoint_info
+from sampleforge.checkpoint.store import CheckpointStore, checkpoint_info
 from sampleforge.comms.messages import (
     CheckpointSaved,
     HandOverCheck,
@@ -25,12 +25,13 @@ from sampleforge.comms.messages import (
     TrajectoryReady,
 )
 from sampleforge.comms.queues import make_queue, receive, send_many
-from sampleforge.components.learner_worker import LearnerEndpoints, LearnerWorker
+from sampleforge.components.learner_worker import STAGER_KEY, LearnerEndpoints, LearnerWorker
 from sampleforge.components.wiring import trajectory_layout
 from sampleforge.config import make_config
 from sampleforge.envs.registry import env_info
 from sampleforge.learners.actor_critic import NonFiniteTrainingError
-from sampleforge.models.factory import make_actor_critic
+from sampleforge.models.factory import make_policy_model
+from sampleforge.testing.exact_state import exactly_equal
 
 
 class Neighbours:
@@ -52,7 +53,7 @@ class Neighbours:
         )
         self.cfg = make_config(**{**settings, **overrides})
         info = env_info("CartPole-v1")
-        model = make_actor_critic(self.cfg, info.observation_space, info.action_space)
+        model = make_policy_model(self.cfg, info.observation_space, info.action_space)
         self.buffer = SharedTrajectoryBuffer(
             trajectory_layout(self.cfg, info, model.rnn_state_size)
         )
@@ -185,6 +186,20 @@ def test_a_checkpoint_of_a_non_finite_model_is_refused_and_nothing_is_written(le
         learner.run([SaveCheckpoint(final=True, mean_return=None)])
     assert {f.name: f.read_bytes() for f in learner.checkpoint_dir.iterdir()} == written
     assert not [r for r in receive(learner.reports, 0.05) if isinstance(r, CheckpointSaved)]
+
+
+def test_a_saved_replay_goes_in_the_checkpoints_but_not_in_the_best_one(tmp_path):
+    """best.pt is for the weights (enjoy, eval, export): a copy of the replay there would put
+    it on disk once more at every new best."""
+    learner = Neighbours(tmp_path, algorithm="dqn", batch_size=16, save_replay=True)
+    reports = learner.run([SaveCheckpoint(final=False, mean_return=1.0)])
+    assert any(isinstance(r, CheckpointSaved) for r in reports)
+    store = CheckpointStore(learner.checkpoint_dir)
+    checkpoint = store.load(store.list()[-1])
+    best = store.load(store.best_path)
+    assert STAGER_KEY in checkpoint and STAGER_KEY not in best
+    assert set(best) == set(checkpoint) - {STAGER_KEY}
+    assert exactly_equal(best["model"], checkpoint["model"])
 
 
 def test_trajectories_arriving_during_training_are_staged_and_their_slots_freed_at_once(

@@ -151,6 +151,27 @@ def test_best_tracking(store: CheckpointStore) -> None:
     assert len(_sidecar(reopened.best_path).read_text().splitlines()) == 1
 
 
+def test_best_holds_the_part_of_the_state_the_caller_names(store: CheckpointStore) -> None:
+    """A learner's checkpoint with its replay: best.pt keeps the weights without the replay."""
+    weights, replay = {"w": torch.arange(3.0)}, {"frames": torch.zeros(1000, dtype=torch.uint8)}
+    path = store.save(
+        {**weights, "replay": replay}, env_steps=10, policy_version=1, mean_return=5.0,
+        best_state=weights,
+    )  # fmt: skip
+    assert set(store.load(path)) == {"w", "replay", "format_version"}
+    best = store.load(store.best_path)
+    assert set(best) == {"w", "format_version"} and torch.equal(best["w"], weights["w"])
+    assert _sidecar(store.best_path).read_text().split()[0] == _sha256(store.best_path)
+    # Not a new best: best.pt stays; a non-plain best_state is refused before anything is written.
+    store.save({"w": torch.ones(3)}, env_steps=20, policy_version=2, mean_return=4.0,
+               best_state={"w": torch.ones(3)})  # fmt: skip
+    assert torch.equal(store.load(store.best_path)["w"], weights["w"])
+    with pytest.raises(CheckpointError, match=r"best_state\['obj'\]"):
+        store.save({"w": torch.ones(3)}, env_steps=30, policy_version=3, mean_return=9.0,
+                   best_state={"obj": CustomObject()})  # fmt: skip
+    assert len(store.list()) == 2 and store.best_mean_return == 5.0
+
+
 def test_crash_during_write_keeps_previous(store: CheckpointStore, monkeypatch) -> None:
     paths = _save_n(store, 3)
     before = sorted(os.listdir(store.directory))
