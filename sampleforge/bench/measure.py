@@ -268,13 +268,15 @@ class TrainingMeasurement:
     transitions_per_sec: float = float("nan")  # agent steps the learners took in
     learner_stats: dict[str, float] = field(default_factory=dict)  # the last report's replay/
     # and learner/ statistics (`replay/samples_per_insert`, `replay/bytes_per_transition`, ...)
+    actor_cores: float | None = None  # the CPU the rollout and inference workers took, in cores
 
 
 def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> TrainingMeasurement:
     """Steady-state env frames per second of the full system (after `warmup_sec`)."""
-    samples: list[tuple[float, int, float, int, int, int]] = []
+    samples: list[tuple[float, int, float, int, int, int, float | None]] = []
     with Runner(cfg) as runner:
         runner.start()
+        actors = _actor_pids(runner.host.pids())
 
         def record(status) -> bool:
             p = runner.progress
@@ -287,6 +289,7 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
                     p.lag_reports,
                     updates,
                     p.total_env_steps,
+                    _cpu_seconds(actors),
                 )
             )
             return True
@@ -320,6 +323,7 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
     # Progress arrives once per learner iteration: a window that saw fewer than two of them
     # (a slow config or a loaded machine) has no rate to give, and says so with NaN.
     measured = [s for s in samples if s[0] - samples[0][0] >= warmup_sec]
+    actor_cores = None
     if len(measured) < 2:
         fps = lag = updates = taken_in = float("nan")
     else:
@@ -330,8 +334,44 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
         updates = (end[4] - start[4]) / seconds
         # The learners count env steps in frames: a transition is one agent step.
         taken_in = (end[5] - start[5]) / seconds / _frameskip(cfg)
+        if start[6] is not None and end[6] is not None:
+            actor_cores = (end[6] - start[6]) / seconds
     mean_batch = batches[1] / batches[0] if batches[0] else float("nan")
-    return TrainingMeasurement(fps, lag, mean_batch, perf, memory, updates, taken_in, stats)
+    return TrainingMeasurement(
+        fps, lag, mean_batch, perf, memory, updates, taken_in, stats, actor_cores
+    )
+
+
+def _actor_pids(pids: dict[str, int]) -> list[int] | None:
+    """The processes of the rollout and inference workers (None where they are not processes of
+    their own: serial mode runs every component in the runner's)."""
+    actors = [pid for name, pid in pids.items() if name.startswith(_ACTOR_COMPONENTS)]
+    if not actors or os.getpid() in actors:
+        return None
+    return actors
+
+
+_ACTOR_COMPONENTS = ("rollout_worker_", "inference_worker_")
+
+
+def _cpu_seconds(pids: list[int] | None) -> float | None:
+    """User and system CPU seconds of `pids` and all their threads and children so far (Linux's
+    /proc); None without /proc, or when a process has gone."""
+    if pids is None:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for root in pids:
+        for pid in _tree(root):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                return None
+            # Fields after the command name (which may hold spaces) in brackets: utime and
+            # stime are the 12th and 13th of them.
+            fields = stat.rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def _frameskip(cfg: Config) -> int:

@@ -26,6 +26,10 @@ JSON keys (stable; scripts read them):
   `batches_per_cpu_sec` (stacked batches of `batch_size` sampled and decoded),
   `sum_tree_samples_per_sec`, `sum_tree_updates_per_sec` and their `_per_cpu_sec` (a 1M sum
   tree, batches of 256);
+- `actor_cores`: the CPU the rollout and inference workers used during the measurement, in
+  cores (null in serial mode or without Linux's /proc); `agent_steps_per_actor_core_sec`: the
+  agent steps they delivered per second of that CPU (for a replay, transitions inserted), so
+  CNN inference is counted with the env;
 - plus `cores`, `frameskip`, `inference_batch_size`, `costs_us` (per-sample costs in
   microseconds: `env_step`, `inference`, `learner`, and `sgd_step`, the time of one learner
   update measured alone), `memory_mb`, `bottleneck` and `perf` (seconds per component
@@ -65,6 +69,7 @@ class BenchReport:
     replay_size: float | None = None
     replay_speed: dict[str, float | None] | None = None  # bench/replay_speed.py: ReplaySpeed
     learner_limit_fps: float = float("nan")
+    actor_cores: float | None = None  # CPU the rollout and inference workers took, in cores
 
     @property
     def load_problem(self) -> str | None:
@@ -100,8 +105,21 @@ class BenchReport:
         limit = self.learner_limit_fps
         return self.train_fps / limit if limit and not math.isnan(limit) else float("nan")
 
+    @property
+    def agent_steps_per_actor_core_sec(self) -> float | None:
+        """Agent steps the actors delivered (a replay's inserted transitions) per second of
+        their CPU."""
+        if not self.actor_cores:
+            return None
+        if self.samples_per_insert is not None:
+            steps = self.transitions_per_sec
+        else:
+            steps = self.train_fps / self.frameskip
+        return steps / self.actor_cores
+
     def to_json(self) -> str:
         data = asdict(self)
+        data["agent_steps_per_actor_core_sec"] = self.agent_steps_per_actor_core_sec
         data["train_over_pure_sim"] = self.train_over_pure_sim
         data["train_over_compute_limit"] = self.train_over_compute_limit
         data["train_over_learner_limit"] = self.train_over_learner_limit
@@ -143,6 +161,15 @@ class BenchReport:
             *self._replay_speed_lines(),
         ]
 
+    def _actor_lines(self) -> list[str]:
+        per_core = self.agent_steps_per_actor_core_sec
+        if per_core is None or self.actor_cores is None:
+            return []
+        return [
+            f"  actors             {per_core:>12,.0f} agent steps/s per core   (rollout and "
+            f"inference workers used {self.actor_cores:.2f} cores)"
+        ]
+
     def _replay_speed_lines(self) -> list[str]:
         speed = self.replay_speed
         if not speed:
@@ -173,6 +200,7 @@ class BenchReport:
             f"{self.sgd_steps_per_1000_samples:.2f} SGD steps per 1,000 samples   mean policy "
             f"lag {self.mean_policy_lag:.1f}",
             *self._replay_lines(),
+            *self._actor_lines(),
             self._ratio_line(),
             self._load_line(),
             f"  memory {self.memory_mb:,.0f} MB ({self.memory_mb / max(self.num_envs, 1):.2f} "

@@ -143,6 +143,7 @@ def _measure(args: argparse.Namespace, base) -> int:
         replay_bytes_per_transition=stats.get("replay/bytes_per_transition"),
         replay_size=stats.get("replay/size"),
         replay_speed=None if replay is None else asdict(replay),
+        actor_cores=train.actor_cores,
     )
     print("\n".join(report.lines()))
     if args.json:

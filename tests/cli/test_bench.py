@@ -87,6 +87,13 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys, monkeypatc
     assert data["sgd_steps_per_1000_samples"] == pytest.approx(16000 / 2048)
     assert "7.81 SGD steps per 1,000 samples" in out
     assert data["replay_speed"] is None and "replay sampling" not in out  # APPO: no replay
+    # The actors' own CPU (the rollout and inference processes, read from /proc) and what
+    # they delivered per core of it.
+    assert 0 < data["actor_cores"] <= 2.5, data["actor_cores"]
+    assert data["agent_steps_per_actor_core_sec"] == pytest.approx(
+        data["train_fps"] / data["actor_cores"]
+    )
+    assert "agent steps/s per core" in out
 
 
 @pytest.mark.benchmark  # a sweep of several bench runs: over 20 s, beyond CI's budget
@@ -162,6 +169,10 @@ def test_bench_of_a_value_based_algorithm_reports_its_replay(capsys, monkeypatch
     assert costs["learner"] == pytest.approx(costs["sgd_step"] * ratio / 64)  # batch_size 64
     assert data["sgd_steps_per_1000_samples"] == pytest.approx(1000 * ratio / 64)
     assert "transitions inserted/s" in out and "samples per insert" in out
+    # Per actor core, a replay counts what went into it.
+    assert data["agent_steps_per_actor_core_sec"] == pytest.approx(
+        data["transitions_per_sec"] / data["actor_cores"]
+    )
     # The replay's own figures, on a replay of the run's settings filled by random play.
     speed = data["replay_speed"]
     assert speed["compressed_bytes_per_frame"] is None  # CartPole: no frames

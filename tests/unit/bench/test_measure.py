@@ -1,6 +1,12 @@
 """compute_costs (bench/measure.py) measures what training runs: the env as a rollout worker
 steps it, and the model on the training device."""
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -111,3 +117,31 @@ def test_the_learner_limit_is_what_the_learners_alone_take_in():
     costs = ComputeCosts(env_step=80e-6, inference=90e-6, learner=16e-3, inference_batch_size=2)
     assert costs.learner_limit_fps(1, frameskip=1) == 62.5
     assert costs.learner_limit_fps(2, frameskip=4) == 500.0
+
+
+def test_the_actors_cpu_is_read_per_process_and_counts_their_children():
+    # A worker that starts a child burning about 0.4 s of CPU; both then wait to be killed.
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass\n"
+    code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {burn + 'time.sleep(60)'!r}])\n"
+        "time.sleep(60)\n"
+    )
+    worker = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        actors = measure._actor_pids({"rollout_worker_0": worker.pid, "learner_p0": 1})
+        assert actors == [worker.pid]  # the learner is not an actor
+        deadline, used = time.monotonic() + 20, 0.0
+        while used < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+            used = measure._cpu_seconds(actors) or 0.0
+        assert 0.4 <= used < 3.0, used  # the child's CPU, counted under the worker
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+
+
+def test_components_inside_this_process_give_no_actor_cpu():
+    # Serial mode: every component runs in the runner's process, whose CPU is not the actors'.
+    assert measure._actor_pids({"rollout_worker_0": os.getpid()}) is None
+    assert measure._cpu_seconds(None) is None

@@ -108,3 +108,19 @@ def test_a_learner_bound_run_is_also_judged_against_its_learner_alone():
     assert data["train_over_compute_limit"] == 0.5
     assert data["train_over_learner_limit"] == 0.88
     assert "learner limit" in "\n".join(report.lines()) and "88.0%" in "\n".join(report.lines())
+
+
+def test_actors_get_their_steps_per_core_of_cpu():
+    # 50,000 frames/s at frameskip 4 from actors that used 1.25 cores: 10,000 steps/s a core.
+    report = _report(train_fps=50_000.0, frameskip=4, actor_cores=1.25)
+    assert report.agent_steps_per_actor_core_sec == 10_000.0
+    assert "10,000 agent steps/s per core" in "\n".join(report.lines())
+    # With a replay, what went into it counts (the learner's inserted transitions).
+    replay = _report(actor_cores=0.5, transitions_per_sec=300.0, samples_per_insert=8.0)
+    assert json.loads(replay.to_json())["agent_steps_per_actor_core_sec"] == 600.0
+
+
+def test_without_the_actors_cpu_no_per_core_figure_is_made_up():
+    report = _report(actor_cores=None)
+    assert json.loads(report.to_json())["agent_steps_per_actor_core_sec"] is None
+    assert "per core" not in "\n".join(report.lines())
