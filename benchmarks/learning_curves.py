@@ -273,6 +273,12 @@ def main() -> None:
         default=[],
         help="run folders from elsewhere (an earlier family, a variant) to time and draw too",
     )
+    parser.add_argument(
+        "--title",
+        default=None,
+        help="the plot's title (default: the env, the algorithm and the --set settings), for "
+        "a plot of runs with different settings",
+    )
     parser.add_argument("--peer", choices=["none", "sb3_dqn"], default="none")
     parser.add_argument(
         "--peer_minutes", type=float, default=60.0, help="wall-time cap on each peer run"
@@ -331,8 +337,8 @@ def main() -> None:
                 f"frames, {last['wall_seconds'] / 60:.1f} min"
             )
     stem = args.env if args.algorithm == "appo" else f"{args.env}_{args.algorithm}"
-    title = f"{args.env}, {args.algorithm}: family defaults"
-    if settings:
+    title = args.title or f"{args.env}, {args.algorithm}: family defaults"
+    if settings and not args.title:
         title += " with " + ", ".join(f"{k} {v}" for k, v in settings.items())
     print(
         f"wrote {plot(args.env, paths, args.out / f'{stem}_curves.png', title, references, peers)}"
