@@ -13,8 +13,9 @@
   `compute_limit_fps` = cores / (sum of the three): what an ideal asynchronous system sharing
   the cores between the three would reach.
 - `training_fps`: the full system, steady state after a warm-up; with it the rates of the
-  learner (SGD steps and the agent steps it took in, per second) and its last statistics of
-  the replay, where it has one.
+  learner (SGD steps and the agent steps it took in, per second), its last statistics of the
+  replay, where it has one, and the CPU the rollout and inference workers used (their
+  processes' times in /proc: what the actors cost per agent step, inference included).
 
 Each stops on Ctrl-C or SIGTERM: the pool's workers ignore SIGINT and end with the pool, and a
 training run that a signal stopped raises `Interrupted`.
@@ -342,6 +343,9 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
     )
 
 
+_ACTOR_COMPONENTS = ("rollout_worker_", "inference_worker_")  # the hosts' component names
+
+
 def _actor_pids(pids: dict[str, int]) -> list[int] | None:
     """The processes of the rollout and inference workers (None where they are not processes of
     their own: serial mode runs every component in the runner's)."""
@@ -349,9 +353,6 @@ def _actor_pids(pids: dict[str, int]) -> list[int] | None:
     if not actors or os.getpid() in actors:
         return None
     return actors
-
-
-_ACTOR_COMPONENTS = ("rollout_worker_", "inference_worker_")
 
 
 def _cpu_seconds(pids: list[int] | None) -> float | None:
