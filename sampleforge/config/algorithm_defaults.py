@@ -115,6 +115,13 @@ VALUE_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
 
 # PQN's recipe per env family: it samples and trains as an on-policy learner (datasets of fresh
 # rollouts, epochs of minibatches), so it shares none of the replay recipes above.
+# PQN samples a whole dataset ahead of its learner (learners/pqn_learner.py), and its targets
+# come from the current network, so old steps cost it little: the actor-critic's bound of 100
+# SGD steps dropped 11-23% of some datasets of the paper's Atari recipe (64 SGD steps a
+# dataset, lags up to 107; docs/off_policy.md). This bound only drops what a stalled learner
+# left behind.
+PQN_MAX_POLICY_LAG = 1000
+
 PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
     # Classic control and Box2D: CleanRL's pqn.py recipe for CartPole-v1 (4 epochs of 4
     # minibatches per 512-step dataset, lambda 0.65, RAdam with the lr decayed linearly,
@@ -139,6 +146,7 @@ PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "mlp_hidden_sizes": [128, 128],
         "max_grad_norm": 10.0,
         "reward_scale": 1.0,
+        "max_policy_lag": PQN_MAX_POLICY_LAG,
     },
     # The atari_* games: CleanRL's pqn_atari_envpool.py (Gallici et al. 2024): 8 envs x 128
     # steps per dataset, RAdam at lr 2.5e-4 decayed linearly over CleanRL's 10M agent steps
@@ -168,6 +176,7 @@ PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
         "encoder": "conv_nature",
         "normalize_pixels": False,
         "learner_torch_threads": "auto",
+        "max_policy_lag": PQN_MAX_POLICY_LAG,
     },
 }
 

@@ -167,3 +167,12 @@ def test_print_config_prints_values_and_sources_and_trains_nothing(tmp_path, cap
     assert lines["env"] == ["atari_breakout", "flag"]
     assert len(lines) == len(Config.__dataclass_fields__)
     assert not any(tmp_path.iterdir())  # no experiment folder was made
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "atari_pong"])
+def test_pqn_keeps_the_steps_of_its_one_dataset_lead_with_the_papers_minibatches(env):
+    # The paper's Atari recipe: 2 epochs of 32 minibatches, 64 SGD steps a dataset; PQN samples
+    # a dataset ahead, so a dataset's oldest steps are up to about two datasets old.
+    cfg = make_config(env=env, algorithm="pqn", num_batches_per_epoch=32, num_epochs=2)
+    assert cfg.max_policy_lag >= 2 * 64
+    assert config_sources(cfg)["max_policy_lag"] == "family"
