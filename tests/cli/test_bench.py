@@ -3,6 +3,7 @@
 import csv
 import json
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -89,7 +90,7 @@ def test_bench_prints_the_three_measurements_and_their_ratios(capsys, monkeypatc
     assert data["replay_speed"] is None and "replay sampling" not in out  # APPO: no replay
     # The actors' own CPU (the rollout and inference processes, read from /proc) and what
     # they delivered per core of it.
-    assert 0 < data["actor_cores"] <= 2.5, data["actor_cores"]
+    assert 0 < data["actor_cores"] <= os.cpu_count(), data["actor_cores"]
     assert data["agent_steps_per_actor_core_sec"] == pytest.approx(
         data["train_fps"] / data["actor_cores"]
     )
@@ -170,6 +171,7 @@ def test_bench_of_a_value_based_algorithm_reports_its_replay(capsys, monkeypatch
     assert data["sgd_steps_per_1000_samples"] == pytest.approx(1000 * ratio / 64)
     assert "transitions inserted/s" in out and "samples per insert" in out
     # Per actor core, a replay counts what went into it.
+    assert data["actor_cores"] > 0
     assert data["agent_steps_per_actor_core_sec"] == pytest.approx(
         data["transitions_per_sec"] / data["actor_cores"]
     )
