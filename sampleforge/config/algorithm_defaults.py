@@ -113,8 +113,6 @@ VALUE_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-# PQN's recipe per env family: it samples and trains as an on-policy learner (datasets of fresh
-# rollouts, epochs of minibatches), so it shares none of the replay recipes above.
 # PQN samples a whole dataset ahead of its learner (learners/pqn_learner.py), and its targets
 # come from the current network, so old steps cost it little: the actor-critic's bound of 100
 # SGD steps dropped 11-23% of some datasets of the paper's Atari recipe (64 SGD steps a
@@ -122,6 +120,8 @@ VALUE_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
 # left behind.
 PQN_MAX_POLICY_LAG = 1000
 
+# PQN's recipe per env family: it samples and trains as an on-policy learner (datasets of fresh
+# rollouts, epochs of minibatches), so it shares none of the replay recipes above.
 PQN_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
     # Classic control and Box2D: CleanRL's pqn.py recipe for CartPole-v1 (4 epochs of 4
     # minibatches per 512-step dataset, lambda 0.65, RAdam with the lr decayed linearly,
