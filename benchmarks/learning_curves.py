@@ -16,7 +16,8 @@ another on the whole machine. Prints, per seed, the frames and wall time at whic
 episodes) first reached each target (default: the references' returns), and draws both curves
 into `--out/<env>[_<algorithm>]_curves.png` next to the reference points below. With `--peer sb3_dqn` (Atari), Stable-Baselines3's DQN with RL
 Zoo's settings then runs each seed in its own virtualenv for at most `--peer_minutes`
-(`benchmarks/atari_peer.py`), and is timed and drawn beside ours.
+(`benchmarks/atari_peer.py`; in chunks of `--peer_chunk_minutes` continued by `--resume`),
+and is timed and drawn beside ours.
 """
 
 from __future__ import annotations
@@ -284,6 +285,13 @@ def main() -> None:
         "--peer_minutes", type=float, default=60.0, help="wall-time cap on each peer run"
     )
     parser.add_argument(
+        "--peer_chunk_minutes",
+        type=float,
+        default=None,
+        help="wall time of this call's chunk of each peer run (with --resume, the next "
+        "call continues it; default: the whole run)",
+    )
+    parser.add_argument(
         "--peer_venv", type=Path, default=Path.home() / ".cache/sampleforge-peers/sb3"
     )
     parser.add_argument(
@@ -319,7 +327,14 @@ def main() -> None:
             csv_path = args.train_dir / f"{args.env}_{args.peer}_seed{seed}.csv"
             if not args.plot_only:
                 run_sb3_dqn(
-                    args.env, seed, args.frames, args.peer_minutes, csv_path, args.peer_venv
+                    args.env,
+                    seed,
+                    args.frames,
+                    args.peer_minutes,
+                    csv_path,
+                    args.peer_venv,
+                    args.peer_chunk_minutes,
+                    args.resume,
                 )
             peers[f"SB3 DQN (RL Zoo), seed {seed}"] = read_reports(csv_path)
     for path in paths:
