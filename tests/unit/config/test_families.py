@@ -176,3 +176,12 @@ def test_pqn_keeps_the_steps_of_its_one_dataset_lead_with_the_papers_minibatches
     cfg = make_config(env=env, algorithm="pqn", num_batches_per_epoch=32, num_epochs=2)
     assert cfg.max_policy_lag >= 2 * 64
     assert config_sources(cfg)["max_policy_lag"] == "family"
+
+
+def test_pqn_on_atari_trains_on_the_papers_datasets():
+    # purejaxql's pqn_atari.yaml: a dataset is one sweep of 128 envs x 32 steps, trained in 16
+    # SGD steps per 1,024 samples at a constant rate.
+    cfg = make_config(env="atari_breakout", algorithm="pqn")
+    assert cfg.dataset_size == cfg.num_envs_per_worker * cfg.rollout == 128 * 32
+    assert cfg.num_epochs * cfg.num_batches_per_epoch * 1024 / cfg.dataset_size == 16
+    assert (cfg.lr_schedule, config_sources(cfg)["lr_schedule"]) == ("constant", "family")
