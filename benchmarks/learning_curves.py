@@ -295,6 +295,13 @@ def main() -> None:
         "--peer_venv", type=Path, default=Path.home() / ".cache/sampleforge-peers/sb3"
     )
     parser.add_argument(
+        "--peer_dir",
+        type=Path,
+        default=None,
+        help="where the peer's runs are (default: --train_dir), e.g. runs of "
+        "benchmarks/atari_peer.py to draw beside ours with --plot_only",
+    )
+    parser.add_argument(
         "--set",
         action="append",
         default=[],
@@ -324,7 +331,10 @@ def main() -> None:
     peers = {}
     if args.peer != "none":
         for seed in args.seeds:
-            csv_path = args.train_dir / f"{args.env}_{args.peer}_seed{seed}.csv"
+            csv_path = (args.peer_dir or args.train_dir) / f"{args.env}_{args.peer}_seed{seed}.csv"
+            if args.plot_only and not csv_path.exists():
+                print(f"no peer run for seed {seed} ({csv_path}): not drawn")
+                continue
             if not args.plot_only:
                 run_sb3_dqn(
                     args.env,
