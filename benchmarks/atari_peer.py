@@ -192,6 +192,11 @@ def _reports_before(out_csv: Path, saved: dict | None) -> list[dict]:
     ]
 
 
+def reports_path(train_dir: Path, env: str, seed: int) -> Path:
+    """Where a peer run's reports go (its saved state beside them, without the suffix)."""
+    return train_dir / f"{env}_sb3_dqn_seed{seed}.csv"
+
+
 def write_reports(rows: list[dict], path: Path) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, ["frames", "wall_seconds", "episodes", "mean_return"])
@@ -235,7 +240,7 @@ def main() -> None:
     parser.add_argument("--venv", type=Path, default=Path.home() / ".cache/sampleforge-peers/sb3")
     args = parser.parse_args()
     for seed in args.seeds:
-        out_csv = args.train_dir / f"{args.env}_sb3_dqn_seed{seed}.csv"
+        out_csv = reports_path(args.train_dir, args.env, seed)
         run_sb3_dqn(
             args.env,
             seed,

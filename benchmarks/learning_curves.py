@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from atari_peer import read_reports, run_sb3_dqn
+from atari_peer import read_reports, reports_path, run_sb3_dqn
 
 from sampleforge.cli.signals import exit_code_of
 from sampleforge.components.runner import Runner
@@ -331,7 +331,7 @@ def main() -> None:
     peers = {}
     if args.peer != "none":
         for seed in args.seeds:
-            csv_path = (args.peer_dir or args.train_dir) / f"{args.env}_{args.peer}_seed{seed}.csv"
+            csv_path = reports_path(args.peer_dir or args.train_dir, args.env, seed)
             if args.plot_only and not csv_path.exists():
                 print(f"no peer run for seed {seed} ({csv_path}): not drawn")
                 continue
