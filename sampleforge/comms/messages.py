@@ -165,6 +165,14 @@ class EpisodesFinished:
 
 
 @dataclass(frozen=True)
+class Paused:
+    """A rollout worker has handled Pause: the statistics of everything it stepped before are
+    on the report queue ahead of this."""
+
+    worker: int
+
+
+@dataclass(frozen=True)
 class SamplerReport:
     """Env frames collected by a rollout worker since its last report, and where time went."""
 

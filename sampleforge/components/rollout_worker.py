@@ -45,6 +45,7 @@ from sampleforge.comms.messages import (
     EpisodesFinished,
     InferenceRequested,
     Pause,
+    Paused,
     ResendRequests,
     Resume,
     SamplerReport,
@@ -229,6 +230,7 @@ class RolloutWorker:
         elif isinstance(msg, Pause):
             self.paused = True
             self._maybe_report(force=True)  # the runner's summary should see every episode
+            send_many(self.report_queue, [Paused(self.worker_index)])
         elif isinstance(msg, Resume):
             self.paused = False
             for split in self.splits:

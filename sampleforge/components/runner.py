@@ -51,6 +51,7 @@ from sampleforge.comms.messages import (
     EpisodesFinished,
     LearnerReady,
     Pause,
+    Paused,
     PeersFinished,
     Resume,
     SaveCheckpoint,
@@ -91,6 +92,10 @@ START_TIMEOUT_SEC = 120.0
 START_ALLOWANCE_PER_ENV_SEC = 0.5
 STOP_TIMEOUT_SEC = 8.0
 CHECKPOINT_TIMEOUT_SEC = 60.0
+# How long the end of a `train` call waits for every rollout worker to confirm its pause (and so
+# to have flushed its last episodes); a worker that does not (one being replaced after a fault)
+# only leaves its last second of statistics out of this call's summary.
+PAUSE_TIMEOUT_SEC = 2.0
 
 
 # Errors whose one line says all a user needs (the fault, where, and what to do): the command
@@ -161,6 +166,7 @@ class Runner:
         self._interrupts = Interrupts(kill_all=self._kill_all)
         self._not_started: set[str] = set()  # components that have not reported started yet
         self._final_checkpoints: dict[int, str] = {}  # policy -> its final checkpoint, written
+        self._paused_workers: set[int] = set()  # rollout workers that confirmed the last Pause
         self._resumed_from: dict[int, str | None] = {}  # policy -> checkpoint its learner loaded
         self._newest_checkpoints: dict[int, str] = {}  # policy -> its newest checkpoint
         self._closed = False
@@ -296,11 +302,12 @@ class Runner:
         finally:
             bar.close()
             self._training = False
+        self._paused_workers = set()
         self.wiring.send_to_samplers_and_learners(Pause())
         self._save_checkpoint(final=True)
         if snapshot:  # it continues exactly these checkpoints, and no others
             bind_snapshot(self.exp.path / SNAPSHOT_FILENAME, self._final_checkpoints)
-        self._drain_reports(0.2)  # statistics the workers flushed when they paused
+        self._await_paused_workers()  # and with them the statistics they flushed
         self._save_episode_windows()  # with those statistics, for the final checkpoints
         summary = self._summary(reason, started, training_started, steps_at_start)
         write_summary(self.exp.summary_path, summary)
@@ -411,6 +418,8 @@ class Runner:
                 self._on_checkpoint_saved(msg)
         elif isinstance(msg, ComponentStarted):
             self._not_started.discard(msg.component)
+        elif isinstance(msg, Paused):
+            self._paused_workers.add(msg.worker)
         elif isinstance(msg, PeersFinished):
             self._another_rank_finished = True
         elif isinstance(msg, EvaluationFinished) and self.evaluation is not None:
@@ -433,9 +442,11 @@ class Runner:
         except ComponentDied as e:
             raise TrainingError(str(e)) from None
 
-    def _drain_reports(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    def _await_paused_workers(self) -> None:
+        """Pump until every rollout worker has confirmed the Pause, or PAUSE_TIMEOUT_SEC."""
+        workers = len(self.wiring.rollout_inboxes)
+        deadline = time.monotonic() + PAUSE_TIMEOUT_SEC
+        while len(self._paused_workers) < workers and time.monotonic() < deadline:
             self._pump(wait_for_reports=0.02)
 
     # --- checkpoints ----------------------------------------------------------------------------

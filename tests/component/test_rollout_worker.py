@@ -17,7 +17,10 @@ from sampleforge.comms.messages import (
     ActionsReady,
     EpisodesFinished,
     InferenceRequested,
+    Pause,
+    Paused,
     Resume,
+    SamplerReport,
     TrajectoryReady,
 )
 from sampleforge.comms.queues import make_queue, receive, send_many
@@ -132,6 +135,31 @@ def test_rollout_worker_fills_slots_by_the_protocol():
     reports = [m for m in receive(queues["report"], 0.5) if isinstance(m, EpisodesFinished)]
     lengths = {length for r in reports for length in r.lengths}
     assert lengths == set(EPISODE_LENGTHS)
+
+
+def test_pause_is_confirmed_after_the_statistics_of_every_step_before_it():
+    # The runner ends a train call once every worker confirmed the pause: by then the episodes
+    # of the call must be on the report queue, ahead of the confirmation.
+    worker, buffer, queues = _setup()
+    rng = np.random.default_rng(3)
+    send_many(queues["inbox"], [Resume()])
+    for _ in range(20):
+        worker.poll(0.1)
+        _answer_requests(buffer, queues, rng)
+    receive(queues["report"], 0.0)  # what the worker reported on its own schedule
+    for _ in range(3):  # steps no periodic report has counted yet
+        worker.poll(0.1)
+        _answer_requests(buffer, queues, rng)
+    send_many(queues["inbox"], [Pause()])
+    worker.poll(0.1)
+    reports = receive(queues["report"], 0.5)
+    assert isinstance(reports[-1], Paused) and reports[-1].worker == 0
+    frames = sum(r.env_frames for r in reports if isinstance(r, SamplerReport))
+    assert frames > 0, "the steps since the last report were not flushed before the pause"
+    # Paused: answers wait, nothing is stepped or reported until Resume.
+    _answer_requests(buffer, queues, rng)
+    worker.poll(0.1)
+    assert receive(queues["report"], 0.1) == []
 
 
 def test_step_T_is_carried_to_the_next_slot():

@@ -145,7 +145,7 @@ def test_training_with_evaluation_logs_eval_metrics_and_saves_the_best(tmp_path)
         runner.train()
         deadline = time.monotonic() + 20
         while runner.evaluation.last.get(0) is None and time.monotonic() < deadline:
-            runner._drain_reports(0.1)
+            runner._pump(wait_for_reports=0.1)
     with open(tmp_path / "with_eval" / "progress.csv", newline="") as f:
         rows = [r for r in csv.DictReader(f) if r.get("eval/return_mean")]
     assert rows, "no eval/ metrics in progress.csv"
