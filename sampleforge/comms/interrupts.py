@@ -55,12 +55,15 @@ class Interrupts:
         self.last: int | None = None
 
     @contextlib.contextmanager
-    def handled(self, clear_after: bool = False) -> Iterator[None]:
+    def handled(self, clear_after: bool = False, stopping: int | None = None) -> Iterator[None]:
         """SIGINT/SIGTERM are ours inside (main thread only); the old handlers come back after,
-        and with `clear_after` the request is forgotten (`last` keeps it)."""
+        and with `clear_after` the request is forgotten (`last` keeps it). `stopping` is the
+        signal whose clean-up runs inside, if one does: a Ctrl-C then counts as the second."""
         if not _can_handle_signals():
             yield
             return
+        if stopping is not None:
+            self.requested = stopping
         previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
         for s in previous:
             signal.signal(s, self._handle)

@@ -170,6 +170,7 @@ class Runner:
         self._resumed_from: dict[int, str | None] = {}  # policy -> checkpoint its learner loaded
         self._newest_checkpoints: dict[int, str] = {}  # policy -> its newest checkpoint
         self._closed = False
+        self._stopped_by: int | None = None  # the signal that stopped the last `train` call
         self.evaluation: TrainingEvaluation | None = None  # with eval_every_env_steps
         self._callback: CallbackSchedule | None = None  # set during `train`
         self._train_call = (0, time.monotonic())  # (env steps, time) when `train` began
@@ -273,6 +274,7 @@ class Runner:
         started = time.monotonic()
         if not self.started:
             self.start()
+        self._stopped_by = self._interrupts.requested
         if self._interrupts.requested is not None:
             # Interrupted while starting: nothing was trained, the previous checkpoint stands.
             self._interrupts.requested = None
@@ -297,6 +299,7 @@ class Runner:
         snapshot = False
         try:
             reason = self._loop(target, seconds, started, bar)
+            self._stopped_by = self._interrupts.requested
             if self.cfg.serial_mode and self.cfg.serial_snapshot:  # before anything reacts
                 snapshot = self._save_serial_snapshot()
         finally:
@@ -319,13 +322,15 @@ class Runner:
         if self._closed:
             return
         self._closed = True
-        try:
-            if self.started:
-                self._stop_components()
-        finally:
-            self._lock.release()
-            if self._scratch is not None:
-                shutil.rmtree(self._scratch, ignore_errors=True)
+        # After a Ctrl-C stopped the last call, this is the clean-up a second one cuts short.
+        with self._interrupts.handled(stopping=self._stopped_by):
+            try:
+                if self.started:
+                    self._stop_components()
+            finally:
+                self._lock.release()
+                if self._scratch is not None:
+                    shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _stop_components(self) -> None:
         try:
@@ -556,7 +561,7 @@ class Runner:
 
     @property
     def stop_signal(self) -> int | None:
-        """The last signal that interrupted `start` or `train`, if any."""
+        """The last signal that interrupted `start`, `train` or `close`, if any."""
         return self._interrupts.last
 
 

@@ -18,6 +18,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -259,16 +260,30 @@ def test_cuda_run_ends_without_ipc_warning(tmp_path, ending):
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-def test_second_ctrl_c_exits_at_once(tmp_path, short_tmpdir):
+@pytest.mark.parametrize("when", ["at_once", "while_closing"])
+def test_second_ctrl_c_exits_at_once(tmp_path, short_tmpdir, when):
+    """The second Ctrl-C right after the first (the train call's end), or once the final
+    checkpoint is written (the components' stop, the longest part of a clean stop)."""
     tmpdir = short_tmpdir  # the run's own, so that what it leaves there is exactly known
     proc = _start(tmp_path, "twice", tmpdir=tmpdir)
     children = _wait_training(proc, tmp_path / "twice" / "progress.csv")
     assert list(tmpdir.glob("pymp-*/listener-*")), "the fork server's socket is elsewhere"
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.05)
+    if when == "at_once":
+        time.sleep(0.05)
+    else:
+        deadline = time.monotonic() + 30
+        while not any("final checkpoint" in line for line in lines):
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(lines)
+            time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     t0 = time.monotonic()
-    out, _ = proc.communicate(timeout=30)
+    proc.wait(timeout=30)
+    reader.join(10)
+    out = "".join(lines)
     elapsed = _wait_gone(children, t0, 5)
     assert elapsed < 2, f"took {elapsed:.1f} s"
     assert proc.returncode == 130
