@@ -24,6 +24,9 @@ across env rebuilds: an env that is due to fault first claims the marker with
 The marker file holds JSON describing the firing (fault, worker, env, pid, step, wall time
 `time.time()`); read it with `read_marker(path)` to check where and when the fault fired.
 
+`step_log` (a file path) has every env append one byte to it per step, across processes: the
+steps the envs took, for a test to compare with what the runner counted.
+
 `helper_process_dir` (a folder) makes every env built in a worker process start a helper
 process (`sleep`), as envs that drive a simulator binary do (ViZDoom's engine), and record it
 there: a file named after the helper's pid, holding its worker's pid. `close()` stops it; a
@@ -135,6 +138,7 @@ class FaultyEnv(gym.Env):
         only_env: int | None = None,
         hang_seconds: float = 1000.0,
         helper_process_dir: str | None = None,
+        step_log: str | None = None,
         episode_length: int = 50,
         obs_size: int = 4,
         worker_index: int = 0,
@@ -164,6 +168,7 @@ class FaultyEnv(gym.Env):
         # What `_draw` returns: the declared shape, or one element more.
         self._obs_shape = (obs_size + (fault == "wrong_obs_shape" and self._targeted),)
         self._helper = _start_helper(helper_process_dir) if helper_process_dir else None
+        self._step_log = None if step_log is None else os.fspath(step_log)
         if (
             fault == "raise_in_init_in_workers"
             and self._targeted
@@ -201,6 +206,9 @@ class FaultyEnv(gym.Env):
                 obs[0] = np.nan
             elif self.fault == "inf_reward":
                 reward = float("inf")
+        if self._step_log is not None:  # after a hang: the step is taken once it returns
+            with open(self._step_log, "ab") as log:
+                log.write(b".")
         terminated = self._t >= self.episode_length
         return obs, reward, terminated, False, {}
 
