@@ -14,8 +14,10 @@ Each seed trains `sampleforge train --env ENV --algorithm ALGORITHM` with nothin
 and the budget given (the env family's settings for that algorithm, and any `--set`), one after
 another on the whole machine. Prints, per seed, the frames and wall time at which the mean return (last 100
 episodes) first reached each target (default: the references' returns), and draws both curves
-into `--out/<env>[_<algorithm>]_curves.png` next to the reference points below. With `--peer sb3_dqn` (Atari), Stable-Baselines3's DQN with RL
-Zoo's settings then runs each seed in its own virtualenv for at most `--peer_minutes`
+into `--out/<env>[_<algorithm>]_curves.png` next to the reference points below, with the curves'
+data in the `.csv` beside it: committed with the plot, it redraws it after the runs' folders are
+gone (`--plot_only --also docs/<that>.csv`). With `--peer sb3_dqn` (Atari), Stable-Baselines3's
+DQN with RL Zoo's settings then runs each seed in its own virtualenv for at most `--peer_minutes`
 (`benchmarks/atari_peer.py`; in chunks of `--peer_chunk_minutes` continued by `--resume`),
 and is timed and drawn beside ours.
 """
@@ -33,7 +35,14 @@ from atari_peer import read_reports, reports_path, run_sb3_dqn
 from sampleforge.cli.signals import exit_code_of
 from sampleforge.components.runner import Runner
 from sampleforge.config import make_config
-from sampleforge.telemetry.learning_curves import RETURN, first_reach, read_run
+from sampleforge.telemetry.learning_curves import (
+    RETURN,
+    Run,
+    first_reach,
+    read_curves,
+    read_run,
+    write_curves,
+)
 
 
 @dataclass(frozen=True)
@@ -129,8 +138,43 @@ _CLEANRL_DQN = {
     "atari_pong": _cleanrl("dqn_atari.py", 40e6, 20.25),
     "atari_breakout": _cleanrl("dqn_atari.py", 40e6, 366.928),
 }
+# This project's first two PQN Pong seeds with the defaults (2026-11-30, note 22): where their
+# mean return first reached -10, 0, 10, 14, 16 and 18. Their run folders went with that machine,
+# before the curves were kept beside the plot; these points are what the note recorded.
+_PQN_PONG_SEEDS_1_2 = [
+    Reference(
+        f"sampleforge PQN seed {seed}, first reaches (2026-11-30; run folder gone)",
+        marker,
+        tuple((m * 1e6, score, minutes * 60) for score, m, minutes in points),
+    )
+    for seed, marker, points in (
+        (
+            1,
+            "C7o",
+            (
+                (-10, 3.92, 24.2),
+                (0, 6.72, 41.7),
+                (10, 9.44, 58.8),
+                (14, 9.83, 61.3),
+                (16, 10.01, 62.2),
+            ),
+        ),
+        (
+            2,
+            "C8D",
+            (
+                (-10, 7.44, 48.8),
+                (0, 8.55, 55.8),
+                (10, 9.09, 59.3),
+                (14, 9.34, 60.8),
+                (16, 9.49, 61.8),
+                (18, 9.81, 63.8),
+            ),
+        ),
+    )
+]
 ALGORITHM_REFERENCES: dict[tuple[str, str], list[Reference]] = {
-    ("atari_pong", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 20.5)],
+    ("atari_pong", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 20.5), *_PQN_PONG_SEEDS_1_2],
     ("atari_breakout", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 385.0)],
     **{(env, algo): [ref] for env, ref in _CLEANRL_DQN.items() for algo in ("dqn", "rainbow")},
 }
@@ -181,13 +225,13 @@ def train_seed(
 
 def plot(
     env: str,
-    paths: list[Path],
+    runs: dict[str, Run],
     output: Path,
     title: str | None = None,
     references: list[Reference] | None = None,
     peers: dict[str, list[dict]] | None = None,
 ) -> Path:
-    """Mean return against frames and wall time of each run in `paths`, next to `references`
+    """Mean return against frames and wall time of each run in `runs` ({label: run}), next to `references`
     (default: this env's in REFERENCES) and the `peers`' reports ({label: [{frames,
     wall_seconds, mean_return}]}); writes `output`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -197,8 +241,7 @@ def plot(
     FigureCanvasAgg(figure)
     by_frames, by_time = figure.subplots(1, 2)
     most_frames = 0.0
-    for index, path in enumerate(paths):
-        run = read_run(path)
+    for index, (label, run) in enumerate(runs.items()):
         for ax, x in ((by_frames, "env_steps"), (by_time, "wall_time")):
             xs, ys = run.series(RETURN, x)
             if x == "env_steps" and len(xs):
@@ -207,14 +250,14 @@ def plot(
                 xs / (1e6 if x == "env_steps" else 60.0),
                 ys,
                 color=f"C{index}",
-                label=f"sampleforge, {path.parent.name}/{path.name}",
+                label=f"sampleforge, {label}",
             )
     for index, (label, rows) in enumerate((peers or {}).items()):
         for ax, x, scale in ((by_frames, "frames", 1e6), (by_time, "wall_seconds", 60.0)):
             ax.plot(
                 [r[x] / scale for r in rows],
                 [r["mean_return"] for r in rows],
-                color=f"C{len(paths) + index}",
+                color=f"C{len(runs) + index}",
                 linestyle="--",
                 label=label,
             )
@@ -235,7 +278,7 @@ def plot(
     for ax in (by_frames, by_time):
         ax.set_ylabel("mean return, last 100 episodes")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        ax.legend(fontsize="small", framealpha=0.5)  # points behind it stay visible
     figure.suptitle(title or f"{env}: family defaults")
     output.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(output, dpi=100)
@@ -272,7 +315,8 @@ def main() -> None:
         type=Path,
         nargs="+",
         default=[],
-        help="run folders from elsewhere (an earlier family, a variant) to time and draw too",
+        help="run folders from elsewhere (an earlier family, a variant), or a curves CSV this "
+        "script wrote beside a plot (its runs' folders gone), to time and draw too",
     )
     parser.add_argument(
         "--title",
@@ -325,7 +369,13 @@ def main() -> None:
             )
             for seed in args.seeds
         ]
-    paths += args.also
+    if args.plot_only:
+        for path in [p for p in paths if not p.is_dir()]:
+            print(f"no run {path}: not drawn (a curves CSV given to --also can stand for it)")
+        paths = [path for path in paths if path.is_dir()]
+    runs = {f"{path.parent.name}/{path.name}": read_run(path) for path in paths}
+    for also in args.also:
+        runs.update(read_curves(also) if also.is_file() else {also.name: read_run(also)})
     references = references_of(args.env, args.algorithm)
     targets = args.targets or sorted({score for ref in references for _, score, _ in ref.points})
     peers = {}
@@ -347,12 +397,8 @@ def main() -> None:
                     args.resume,
                 )
             peers[f"SB3 DQN (RL Zoo), seed {seed}"] = read_reports(csv_path)
-    for path in paths:
-        run = read_run(path)
-        print(
-            f"{path.parent.name}/{path.name}: "
-            + _reached([first_reach(run, t) for t in targets], targets)
-        )
+    for label, run in runs.items():
+        print(f"{label}: " + _reached([first_reach(run, t) for t in targets], targets))
     for label, rows in peers.items():
         print(f"{label}: " + _reached([_peer_reach(rows, t) for t in targets], targets))
         if rows:
@@ -366,8 +412,9 @@ def main() -> None:
     if settings and not args.title:
         title += " with " + ", ".join(f"{k} {v}" for k, v in settings.items())
     print(
-        f"wrote {plot(args.env, paths, args.out / f'{stem}_curves.png', title, references, peers)}"
+        f"wrote {plot(args.env, runs, args.out / f'{stem}_curves.png', title, references, peers)}"
     )
+    print(f"wrote {write_curves(runs, args.out / f'{stem}_curves.csv')}")
 
 
 def _key_value(item: str, parser: argparse.ArgumentParser) -> tuple[str, str]:

@@ -11,7 +11,10 @@ Wall time restarts at 0 when an experiment is resumed (a new writer); it is made
 here so resumed runs plot as one line. The window of episodes behind the mean return restarts
 too; `first_reach`, the frames and time to a score, counts only full windows.
 
-Must not: write anything but the PNG, or compute training metrics.
+`write_curves` keeps the mean-return curves of runs in one small CSV, to be committed beside a
+plot so that the plot can be redrawn (`read_curves`) after the runs' folders are gone.
+
+Must not: write anything but the PNG and the curves' CSV, or compute training metrics.
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ PANELS = (  # (metric, x column, title)
     ("policy_lag/mean", "env_steps", "mean policy lag vs env steps"),
 )
 GRID_POINTS = 200
+# What `write_curves` keeps of a run: enough for its curves and for `first_reach`.
+CURVE_COLUMNS = ("env_steps", "wall_time", RETURN, WINDOW_EPISODES)
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,38 @@ def read_run(path: Path | str) -> Run:
     config_path = path / "config.json"
     settings = json.loads(config_path.read_text()) if config_path.is_file() else {}
     return Run(name=path.name, path=path, settings=settings, columns=columns)
+
+
+def write_curves(runs: dict[str, Run], output: Path | str) -> Path:
+    """The rows of `runs` ({label: run}) that carry a mean return, CURVE_COLUMNS of each (wall
+    time cumulative over resumes), into the CSV `output` with the label in a first `run`
+    column; returns its path."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with open(output, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(("run", *CURVE_COLUMNS))
+        for label, run in runs.items():
+            returns = run.columns.get(RETURN)
+            if returns is None:
+                continue
+            for row in np.flatnonzero(np.isfinite(returns)).tolist():
+                writer.writerow((label, *(_cell(run.columns.get(c), row) for c in CURVE_COLUMNS)))
+    return output
+
+
+def read_curves(path: Path | str) -> dict[str, Run]:
+    """The runs that `write_curves` wrote into the CSV `path`, by label, in file order."""
+    path = Path(path)
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    labels = list(dict.fromkeys(row["run"] for row in rows))
+    runs = {}
+    for label in labels:
+        mine = [row for row in rows if row["run"] == label]
+        columns = {c: np.array([_number(row.get(c)) for row in mine]) for c in CURVE_COLUMNS}
+        runs[label] = Run(name=label, path=path, settings={}, columns=columns)
+    return runs
 
 
 def first_reach(run: Run, target: float) -> tuple[float, float] | None:
@@ -199,6 +236,12 @@ def _number(text: str | None) -> float:
         return float(text) if text not in (None, "") else math.nan
     except ValueError:
         return math.nan
+
+
+def _cell(values: np.ndarray | None, row: int) -> str:
+    if values is None or not math.isfinite(values[row]):
+        return ""
+    return f"{values[row]:.10g}"
 
 
 def _cumulative_time(times: np.ndarray) -> np.ndarray:

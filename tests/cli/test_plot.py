@@ -7,7 +7,15 @@ import numpy as np
 import pytest
 
 from sampleforge.cli.main import main
-from sampleforge.telemetry.learning_curves import first_reach, group_runs, mean_and_band, read_run
+from sampleforge.telemetry.learning_curves import (
+    RETURN,
+    first_reach,
+    group_runs,
+    mean_and_band,
+    read_curves,
+    read_run,
+    write_curves,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -82,6 +90,23 @@ def test_the_curve_leaves_out_a_resumes_refilling_window_but_not_the_first_one(t
 def test_first_reach_takes_rows_without_the_window_count_as_full(tmp_path):
     run = read_run(_fake_run(tmp_path / "old", 1, [1, 5, 3]))
     assert first_reach(run, 4.0) == (2000.0, 1.0)
+
+
+def test_curves_kept_in_a_csv_give_the_same_curves_and_first_reaches(tmp_path):
+    resumed = _windowed_run(
+        tmp_path,
+        "1000,10,18.0,100\n2000,20,19.0,100\n3000,5,20.0,16\n4000,15,19.5,60\n5000,25,20.5,100\n",
+    )
+    plain = read_run(_fake_run(tmp_path / "plain", 1, [1, 5, 3]))
+    kept = read_curves(write_curves({"a/resumed": resumed, "b/plain": plain}, tmp_path / "c.csv"))
+    assert list(kept) == ["a/resumed", "b/plain"]
+    for label, run in (("a/resumed", resumed), ("b/plain", plain)):
+        for x in ("env_steps", "wall_time"):
+            np.testing.assert_allclose(kept[label].series(RETURN, x), run.series(RETURN, x))
+        for target in (4.0, 19.0, 20.0, 21.0):
+            assert first_reach(kept[label], target) == first_reach(run, target)
+    # Only the rows with a mean return are kept: the fake run's last row has none.
+    assert len(kept["b/plain"].columns["env_steps"]) == 3
 
 
 def test_plot_writes_a_png(experiment, tmp_path, capsys):
