@@ -231,9 +231,9 @@ def plot(
     references: list[Reference] | None = None,
     peers: dict[str, list[dict]] | None = None,
 ) -> Path:
-    """Mean return against frames and wall time of each run in `runs` ({label: run}), next to `references`
-    (default: this env's in REFERENCES) and the `peers`' reports ({label: [{frames,
-    wall_seconds, mean_return}]}); writes `output`."""
+    """Mean return against frames and wall time of each run in `runs` ({label: run}), next to
+    `references` (default: this env's in REFERENCES) and the `peers`' reports ({label:
+    [{frames, wall_seconds, mean_return}]}); writes `output`."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
