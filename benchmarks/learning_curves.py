@@ -138,45 +138,77 @@ _CLEANRL_DQN = {
     "atari_pong": _cleanrl("dqn_atari.py", 40e6, 20.25),
     "atari_breakout": _cleanrl("dqn_atari.py", 40e6, 366.928),
 }
-# This project's first two PQN Pong seeds with the defaults (2026-11-30, note 22): where their
-# mean return first reached -10, 0, 10, 14, 16 and 18. Their run folders went with that machine,
-# before the curves were kept beside the plot; these points are what the note recorded.
-_PQN_PONG_SEEDS_1_2 = [
-    Reference(
-        f"sampleforge PQN seed {seed}, first reaches (2026-11-30; run folder gone)",
+
+
+def _first_reaches(
+    label: str, marker: str, points: tuple[tuple[float, float, float], ...]
+) -> Reference:
+    """A run of ours drawn as the points where its mean return first reached each target:
+    `points` are (target, millions of frames, minutes), as a note recorded them."""
+    return Reference(
+        f"{label} (run folder gone)",
         marker,
-        tuple((m * 1e6, score, minutes * 60) for score, m, minutes in points),
+        tuple((frames * 1e6, score, minutes * 60) for score, frames, minutes in points),
     )
-    for seed, marker, points in (
+
+
+# Runs of ours whose folders went with their session's machine, before the curves were kept
+# beside each plot: what the notes recorded (the tables in docs/off_policy.md). PQN on Pong
+# with the defaults, seeds 1 and 2; Rainbow on Pong with RL Zoo's replay and the lean learner
+# settings, seeds 1 and 2 (both 2026-11-30).
+_PQN_PONG_SEEDS_1_2 = [
+    _first_reaches(
+        "sampleforge PQN seed 1, first reaches (2026-11-30)",
+        "C7o",
+        ((-10, 3.92, 24.2), (0, 6.72, 41.7), (10, 9.44, 58.8), (14, 9.83, 61.3), (16, 10.01, 62.2)),
+    ),
+    _first_reaches(
+        "sampleforge PQN seed 2, first reaches (2026-11-30)",
+        "C8D",
         (
-            1,
-            "C7o",
-            (
-                (-10, 3.92, 24.2),
-                (0, 6.72, 41.7),
-                (10, 9.44, 58.8),
-                (14, 9.83, 61.3),
-                (16, 10.01, 62.2),
-            ),
+            (-10, 7.44, 48.8),
+            (0, 8.55, 55.8),
+            (10, 9.09, 59.3),
+            (14, 9.34, 60.8),
+            (16, 9.49, 61.8),
+            (18, 9.81, 63.8),
         ),
+    ),
+]
+_RAINBOW_PONG_SEEDS_1_2 = [
+    _first_reaches(
+        "sampleforge Rainbow seed 1, first reaches (2026-11-30)",
+        "C7o",
         (
-            2,
-            "C8D",
-            (
-                (-10, 7.44, 48.8),
-                (0, 8.55, 55.8),
-                (10, 9.09, 59.3),
-                (14, 9.34, 60.8),
-                (16, 9.49, 61.8),
-                (18, 9.81, 63.8),
-            ),
+            (-18, 1.87, 63.1),
+            (-15, 2.00, 67.6),
+            (-12, 2.24, 76.6),
+            (-10, 2.43, 83.1),
+            (0, 3.13, 107.6),
+            (10, 3.73, 129.2),
+            (18, 4.88, 167.6),
         ),
-    )
+    ),
+    _first_reaches(
+        "sampleforge Rainbow seed 2, first reaches (2026-11-30)",
+        "C8D",
+        (
+            (-18, 1.63, 59.1),
+            (-15, 1.92, 70.1),
+            (-12, 2.15, 79.1),
+            (-10, 2.30, 85.1),
+            (0, 3.27, 116.7),
+            (10, 4.97, 165.0),
+        ),
+    ),
 ]
 ALGORITHM_REFERENCES: dict[tuple[str, str], list[Reference]] = {
     ("atari_pong", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 20.5), *_PQN_PONG_SEEDS_1_2],
     ("atari_breakout", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 385.0)],
-    **{(env, algo): [ref] for env, ref in _CLEANRL_DQN.items() for algo in ("dqn", "rainbow")},
+    ("atari_pong", "dqn"): [_CLEANRL_DQN["atari_pong"]],
+    ("atari_breakout", "dqn"): [_CLEANRL_DQN["atari_breakout"]],
+    ("atari_pong", "rainbow"): [_CLEANRL_DQN["atari_pong"], *_RAINBOW_PONG_SEEDS_1_2],
+    ("atari_breakout", "rainbow"): [_CLEANRL_DQN["atari_breakout"]],
 }
 
 

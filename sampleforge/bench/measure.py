@@ -15,7 +15,8 @@
 - `training_fps`: the full system, steady state after a warm-up; with it the rates of the
   learner (SGD steps and the agent steps it took in, per second), its last statistics of the
   replay, where it has one, and the CPU the rollout and inference workers used (their
-  processes' times in /proc: what the actors cost per agent step, inference included).
+  processes' times in /proc: what the actors cost per agent step, inference included), and
+  the learners' (what an update costs in the running system, against its cost alone).
 
 Each stops on Ctrl-C or SIGTERM: the pool's workers ignore SIGINT and end with the pool, and a
 training run that a signal stopped raises `Interrupted`.
@@ -33,6 +34,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -270,27 +272,42 @@ class TrainingMeasurement:
     learner_stats: dict[str, float] = field(default_factory=dict)  # the last report's replay/
     # and learner/ statistics (`replay/samples_per_insert`, `replay/bytes_per_transition`, ...)
     actor_cores: float | None = None  # the CPU the rollout and inference workers took, in cores
+    learner_cores: float | None = None  # ... and the learners (all their threads), in cores
+
+
+class _Progress(NamedTuple):
+    """What `training_fps` reads at each report of the learners."""
+
+    time: float
+    frames: int
+    lag_sum: float
+    lag_reports: int
+    updates: int
+    env_steps: int
+    actor_cpu: float | None
+    learner_cpu: float | None
 
 
 def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> TrainingMeasurement:
     """Steady-state env frames per second of the full system (after `warmup_sec`)."""
-    samples: list[tuple[float, int, float, int, int, int, float | None]] = []
+    samples: list[_Progress] = []
     with Runner(cfg) as runner:
         runner.start()
-        actors = _actor_pids(runner.host.pids())
+        actors = _component_pids(runner.host.pids(), _ACTOR_COMPONENTS)
+        learners = _component_pids(runner.host.pids(), _LEARNER_COMPONENTS)
 
         def record(status) -> bool:
             p = runner.progress
-            updates = sum(p.policy_version.values())
             samples.append(
-                (
-                    time.monotonic(),
-                    p.frames_collected,
-                    p.lag_sum,
-                    p.lag_reports,
-                    updates,
-                    p.total_env_steps,
-                    _cpu_seconds(actors),
+                _Progress(
+                    time=time.monotonic(),
+                    frames=p.frames_collected,
+                    lag_sum=p.lag_sum,
+                    lag_reports=p.lag_reports,
+                    updates=sum(p.policy_version.values()),
+                    env_steps=p.total_env_steps,
+                    actor_cpu=_cpu_seconds(actors),
+                    learner_cpu=_cpu_seconds(learners),
                 )
             )
             return True
@@ -321,38 +338,49 @@ def training_fps(cfg: Config, *, warmup_sec: float, measure_sec: float) -> Train
             for k, v in runner.progress.last_stats.items()
             if k.startswith(("replay/", "learner/"))
         }
+    mean_batch = batches[1] / batches[0] if batches[0] else float("nan")
     # Progress arrives once per learner iteration: a window that saw fewer than two of them
     # (a slow config or a loaded machine) has no rate to give, and says so with NaN.
-    measured = [s for s in samples if s[0] - samples[0][0] >= warmup_sec]
-    actor_cores = None
+    measured = [s for s in samples if s.time - samples[0].time >= warmup_sec]
     if len(measured) < 2:
-        fps = lag = updates = taken_in = float("nan")
-    else:
-        start, end = measured[0], measured[-1]
-        seconds = end[0] - start[0]
-        fps = (end[1] - start[1]) / seconds
-        lag = (end[2] - start[2]) / max(end[3] - start[3], 1)
-        updates = (end[4] - start[4]) / seconds
-        # The learners count env steps in frames: a transition is one agent step.
-        taken_in = (end[5] - start[5]) / seconds / _frameskip(cfg)
-        if start[6] is not None and end[6] is not None:
-            actor_cores = (end[6] - start[6]) / seconds
-    mean_batch = batches[1] / batches[0] if batches[0] else float("nan")
+        nan = float("nan")
+        return TrainingMeasurement(nan, nan, mean_batch, perf, memory, nan, nan, stats)
+    start, end = measured[0], measured[-1]
+    seconds = end.time - start.time
     return TrainingMeasurement(
-        fps, lag, mean_batch, perf, memory, updates, taken_in, stats, actor_cores
+        fps=(end.frames - start.frames) / seconds,
+        mean_policy_lag=(end.lag_sum - start.lag_sum) / max(end.lag_reports - start.lag_reports, 1),
+        mean_inference_batch=mean_batch,
+        perf=perf,
+        memory_mb=memory,
+        sgd_steps_per_sec=(end.updates - start.updates) / seconds,
+        # The learners count env steps in frames: a transition is one agent step.
+        transitions_per_sec=(end.env_steps - start.env_steps) / seconds / _frameskip(cfg),
+        learner_stats=stats,
+        actor_cores=_cores(start.actor_cpu, end.actor_cpu, seconds),
+        learner_cores=_cores(start.learner_cpu, end.learner_cpu, seconds),
     )
 
 
-_ACTOR_COMPONENTS = ("rollout_worker_", "inference_worker_")  # the hosts' component names
-
-
-def _actor_pids(pids: dict[str, int]) -> list[int] | None:
-    """The processes of the rollout and inference workers (None where they are not processes of
-    their own: serial mode runs every component in the runner's)."""
-    actors = [pid for name, pid in pids.items() if name.startswith(_ACTOR_COMPONENTS)]
-    if not actors or os.getpid() in actors:
+def _cores(cpu_start: float | None, cpu_end: float | None, seconds: float) -> float | None:
+    """The cores a set of processes kept busy between two readings of their CPU seconds."""
+    if cpu_start is None or cpu_end is None:
         return None
-    return actors
+    return (cpu_end - cpu_start) / seconds
+
+
+# The hosts' component names
+_ACTOR_COMPONENTS = ("rollout_worker_", "inference_worker_")
+_LEARNER_COMPONENTS = ("learner_",)
+
+
+def _component_pids(pids: dict[str, int], prefixes: tuple[str, ...]) -> list[int] | None:
+    """The processes of the components named with `prefixes` (None where they are not
+    processes of their own: serial mode runs every component in the runner's)."""
+    found = [pid for name, pid in pids.items() if name.startswith(prefixes)]
+    if not found or os.getpid() in found:
+        return None
+    return found
 
 
 def _cpu_seconds(pids: list[int] | None) -> float | None:

@@ -30,6 +30,11 @@ JSON keys (stable; scripts read them):
   cores (null in serial mode or without Linux's /proc); `agent_steps_per_actor_core_sec`: the
   agent steps they delivered per second of that CPU (for a replay, transitions inserted), so
   CNN inference is counted with the env;
+- `learner_cores`: the CPU the learner processes used during the measurement (all their
+  threads: the update, the bootstrap passes, the replay's sampler), in cores (null as
+  `actor_cores`); `learner_cpu_us_per_update`: that CPU per update in microseconds, to set
+  beside `costs_us["sgd_step"]`, the same update's time alone on one thread: how much more an
+  update costs inside the running system, where it shares the cores;
 - plus `cores`, `frameskip`, `inference_batch_size`, `costs_us` (per-sample costs in
   microseconds: `env_step`, `inference`, `learner`, and `sgd_step`, the time of one learner
   update measured alone), `memory_mb`, `bottleneck` and `perf` (seconds per component
@@ -70,6 +75,7 @@ class BenchReport:
     replay_speed: dict[str, float | None] | None = None  # bench/replay_speed.py: ReplaySpeed
     learner_limit_fps: float = float("nan")
     actor_cores: float | None = None  # CPU the rollout and inference workers took, in cores
+    learner_cores: float | None = None  # ... and the learners, in cores
 
     @property
     def load_problem(self) -> str | None:
@@ -117,9 +123,17 @@ class BenchReport:
             steps = self.train_fps / self.frameskip
         return steps / self.actor_cores
 
+    @property
+    def learner_cpu_us_per_update(self) -> float | None:
+        """The learners' CPU per update during training, in microseconds (all their threads)."""
+        if self.learner_cores is None or not self.sgd_steps_per_sec > 0:
+            return None
+        return self.learner_cores / self.sgd_steps_per_sec * 1e6
+
     def to_json(self) -> str:
         data = asdict(self)
         data["agent_steps_per_actor_core_sec"] = self.agent_steps_per_actor_core_sec
+        data["learner_cpu_us_per_update"] = self.learner_cpu_us_per_update
         data["train_over_pure_sim"] = self.train_over_pure_sim
         data["train_over_compute_limit"] = self.train_over_compute_limit
         data["train_over_learner_limit"] = self.train_over_learner_limit
@@ -145,9 +159,11 @@ class BenchReport:
             f"per-sample costs (1 its own)"
         )
 
-    def _update_cost(self) -> str:
+    def _update_cost(self, qualifier: str = "") -> str:
         update = self.costs_us.get("sgd_step")
-        return "" if update is None or math.isnan(update) else f" ({update:,.0f} us an update)"
+        if update is None or math.isnan(update):
+            return ""
+        return f" ({update:,.0f} us an update{qualifier})"
 
     def _replay_lines(self) -> list[str]:
         if self.samples_per_insert is None:
@@ -161,14 +177,22 @@ class BenchReport:
             *self._replay_speed_lines(),
         ]
 
-    def _actor_lines(self) -> list[str]:
+    def _cpu_lines(self) -> list[str]:
+        """What the actors delivered per core of their CPU, and the learners' CPU an update."""
+        lines = []
         per_core = self.agent_steps_per_actor_core_sec
-        if per_core is None or self.actor_cores is None:
-            return []
-        return [
-            f"  actors             {per_core:>12,.0f} agent steps/s per core   (rollout and "
-            f"inference workers used {self.actor_cores:.2f} cores)"
-        ]
+        if per_core is not None and self.actor_cores is not None:
+            lines.append(
+                f"  actors             {per_core:>12,.0f} agent steps/s per core   (rollout and "
+                f"inference workers used {self.actor_cores:.2f} cores)"
+            )
+        per_update = self.learner_cpu_us_per_update
+        if per_update is not None and self.learner_cores is not None:
+            lines.append(
+                f"  learner CPU        {per_update:>12,.0f} us an update, all its threads   (the "
+                f"learners used {self.learner_cores:.2f} cores){self._update_cost(' alone')}"
+            )
+        return lines
 
     def _replay_speed_lines(self) -> list[str]:
         speed = self.replay_speed
@@ -200,7 +224,7 @@ class BenchReport:
             f"{self.sgd_steps_per_1000_samples:.2f} SGD steps per 1,000 samples   mean policy "
             f"lag {self.mean_policy_lag:.1f}",
             *self._replay_lines(),
-            *self._actor_lines(),
+            *self._cpu_lines(),
             self._ratio_line(),
             self._load_line(),
             f"  memory {self.memory_mb:,.0f} MB ({self.memory_mb / max(self.num_envs, 1):.2f} "

@@ -144,6 +144,7 @@ def _measure(args: argparse.Namespace, base) -> int:
         replay_size=stats.get("replay/size"),
         replay_speed=None if replay is None else asdict(replay),
         actor_cores=train.actor_cores,
+        learner_cores=train.learner_cores,
     )
     print("\n".join(report.lines()))
     if args.json:

@@ -175,6 +175,12 @@ def test_bench_of_a_value_based_algorithm_reports_its_replay(capsys, monkeypatch
     assert data["agent_steps_per_actor_core_sec"] == pytest.approx(
         data["transitions_per_sec"] / data["actor_cores"]
     )
+    # The learner's own CPU over the same window, and what it comes to per update.
+    assert 0 < data["learner_cores"] <= os.cpu_count(), data["learner_cores"]
+    assert data["learner_cpu_us_per_update"] == pytest.approx(
+        data["learner_cores"] / data["sgd_steps_per_sec"] * 1e6
+    )
+    assert "learner CPU" in out
     # The replay's own figures, on a replay of the run's settings filled by random play.
     speed = data["replay_speed"]
     assert speed["compressed_bytes_per_frame"] is None  # CartPole: no frames

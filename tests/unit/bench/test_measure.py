@@ -129,8 +129,10 @@ def test_the_actors_cpu_is_read_per_process_and_counts_their_children():
     )
     worker = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     try:
-        actors = measure._actor_pids({"rollout_worker_0": worker.pid, "learner_p0": 1})
+        pids = {"rollout_worker_0": worker.pid, "learner_p0": 1}
+        actors = measure._component_pids(pids, measure._ACTOR_COMPONENTS)
         assert actors == [worker.pid]  # the learner is not an actor
+        assert measure._component_pids(pids, measure._LEARNER_COMPONENTS) == [1]
         deadline, used = time.monotonic() + 20, 0.0
         while used < 0.4 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -143,5 +145,7 @@ def test_the_actors_cpu_is_read_per_process_and_counts_their_children():
 
 def test_components_inside_this_process_give_no_actor_cpu():
     # Serial mode: every component runs in the runner's process, whose CPU is not the actors'.
-    assert measure._actor_pids({"rollout_worker_0": os.getpid()}) is None
+    pids = {"rollout_worker_0": os.getpid(), "learner_p0": os.getpid()}
+    assert measure._component_pids(pids, measure._ACTOR_COMPONENTS) is None
+    assert measure._component_pids(pids, measure._LEARNER_COMPONENTS) is None
     assert measure._cpu_seconds(None) is None

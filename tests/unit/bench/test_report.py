@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from sampleforge.bench.report import BenchReport
 
 STABLE_KEYS = {
@@ -124,3 +126,18 @@ def test_without_the_actors_cpu_no_per_core_figure_is_made_up():
     report = _report(actor_cores=None)
     assert json.loads(report.to_json())["agent_steps_per_actor_core_sec"] is None
     assert "per core" not in "\n".join(report.lines())
+
+
+def test_the_learners_cpu_is_given_per_update_beside_the_update_alone():
+    # Learners that kept 1.5 cores busy for 30 updates a second: 50 ms of CPU an update,
+    # against the 35 ms the same update takes alone.
+    costs = {"env_step": 7.0, "inference": 3.0, "learner": 5.0, "sgd_step": 35_000.0}
+    report = _report(learner_cores=1.5, sgd_steps_per_sec=30.0, costs_us=costs)
+    assert json.loads(report.to_json())["learner_cpu_us_per_update"] == pytest.approx(50_000)
+    line = next(x for x in report.lines() if "learner CPU" in x)
+    assert "50,000 us an update" in line and "1.50 cores" in line
+    assert "35,000 us an update alone" in line
+    # Without the learners' CPU, or without an update to divide it by, no figure.
+    for missing in (_report(learner_cores=None), _report(learner_cores=1.0)):
+        assert json.loads(missing.to_json())["learner_cpu_us_per_update"] is None
+        assert "learner CPU" not in "\n".join(missing.lines())
