@@ -202,6 +202,28 @@ _RAINBOW_PONG_SEEDS_1_2 = [
         ),
     ),
 ]
+# This project's APPO (the atari family's defaults) on the same env, seed 1 of the 10M-frame
+# runs in docs/benchmarks.md (2026-11-28), so that a value method's plot shows where the
+# on-policy line stands (its first reaches of the targets of those tables).
+_APPO_FAMILY = {
+    "atari_breakout": _first_reaches(
+        "sampleforge APPO, atari family, seed 1 (2026-11-28)",
+        "k*",
+        (
+            (10, 0.49, 2.0),
+            (20, 1.26, 5.0),
+            (25, 1.42, 5.5),
+            (60, 4.30, 13.5),
+            (100, 6.62, 20.1),
+            (200, 8.80, 26.1),
+        ),
+    ),
+    "atari_pong": _first_reaches(
+        "sampleforge APPO, atari family, seed 1 (2026-11-28)",
+        "k*",
+        ((0, 1.61, 6.0), (10, 1.97, 7.0), (18, 2.50, 8.5), (19, 2.85, 9.5), (20, 5.85, 18.1)),
+    ),
+}
 ALGORITHM_REFERENCES: dict[tuple[str, str], list[Reference]] = {
     ("atari_pong", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 20.5), *_PQN_PONG_SEEDS_1_2],
     ("atari_breakout", "pqn"): [_cleanrl("pqn_atari_envpool.py", 40e6, 385.0)],
@@ -216,7 +238,8 @@ def references_of(env: str, algorithm: str) -> list[Reference]:
     """The reference points drawn next to `algorithm`'s runs on `env`."""
     if algorithm == "appo":
         return REFERENCES.get(env, [])
-    return ALGORITHM_REFERENCES.get((env, algorithm), [])
+    appo = [_APPO_FAMILY[env]] if env in _APPO_FAMILY else []
+    return ALGORITHM_REFERENCES.get((env, algorithm), []) + appo
 
 
 def run_name(env: str, algorithm: str, seed: int) -> str:
