@@ -175,7 +175,8 @@ class ValueLearner(ReplayLearning):
         self, replay_batch: ReplayBatch, td: TDLoss, saving: Future[None] | None
     ) -> dict[str, float]:
         """The SGD step on the TD loss; the priorities back to the replay; the target sync."""
-        self.optimizer.zero_grad(set_to_none=True)
+        for optimizer in self._optimizers():  # FQF's proposal has an optimizer of its own
+            optimizer.zero_grad(set_to_none=True)
         td.loss.backward()
         grad_norm, finite = average_and_clip(
             self.network, td.loss, self.cfg.max_grad_norm, self.data_parallel

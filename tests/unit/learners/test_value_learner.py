@@ -298,6 +298,19 @@ def test_the_concurrent_learner_makes_the_serial_learners_updates(name):
     assert len(sent[0]) == 8 and same(sent[0], sent[1])
 
 
+def test_each_update_steps_the_fraction_proposal_on_its_own_gradient():
+    """FQF's proposal has an optimizer of its own: its gradient is cleared before every
+    update as the network's is, not summed over the updates."""
+    learner = make_learner(config("fqf", fraction_lr=1e-3))
+    learner.train([batch(0)], _noop)
+    fresh = make_learner(config("fqf", fraction_lr=1e-3), seed=1)
+    fresh.load_state_dict(learner.state_dict())
+    for each in (learner, fresh):
+        each.train([batch(1)], _noop)
+    grads = [[p.grad for p in each.network.fraction_head.parameters()] for each in (learner, fresh)]
+    assert all(g is not None for g in grads[0]) and same(grads[0], grads[1])
+
+
 @pytest.mark.parametrize("algorithm", VALUE_BASED)
 def test_every_value_algorithm_trains_with_the_thread(algorithm):
     learner = make_learner(config(algorithm, learner_bootstrap_thread=True, target_update_period=2))
