@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -325,9 +326,10 @@ def plot(
             if seconds is not None:
                 by_time.plot(seconds / 60.0, score, ref.marker)
         off_axis = "".join(f"; {s:g} at {f / 1e6:g}M frames, off the axis" for f, s, _ in beyond)
-        by_frames.plot([], [], ref.marker, label=ref.label + off_axis)
+        # Wrapped: one long legend line would squeeze the axes to a sliver.
+        by_frames.plot([], [], ref.marker, label=textwrap.fill(ref.label + off_axis, 60))
         if any(seconds is not None for _, _, seconds in points):
-            by_time.plot([], [], ref.marker, label=ref.label)
+            by_time.plot([], [], ref.marker, label=textwrap.fill(ref.label, 60))
     by_frames.set_xlabel("frames (millions)")
     by_time.set_xlabel("wall time (minutes)")
     for ax in (by_frames, by_time):
