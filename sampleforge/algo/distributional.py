@@ -36,7 +36,8 @@ def categorical_projection(
     v_min, v_max = float(support[0]), float(support[-1])
     delta_z = (v_max - v_min) / (n_atoms - 1)
     moved = (returns[:, None] + discounts[:, None] * support[None, :]).clamp(v_min, v_max)
-    position = (moved - v_min) / delta_z  # b_j in [0, N - 1]
+    # b_j in [0, N - 1]; float32 rounding can put a clipped v_max a hair past N - 1.
+    position = ((moved - v_min) / delta_z).clamp(0, n_atoms - 1)
     lower, upper = position.floor().long(), position.ceil().long()
     # Where T z_j lands exactly on an atom, lower == upper and all its mass goes there.
     lower_weight = torch.where(lower == upper, torch.ones_like(position), upper - position)

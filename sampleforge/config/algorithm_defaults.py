@@ -189,11 +189,13 @@ CONTINUOUS_ALGORITHM_SETTINGS: dict[str, dict[str, Any]] = {
         "policy_delay": 1,
         "target_policy_noise": 0.0,
     },
-    # Fujimoto et al. 2018: clipped double Q, target policy smoothing, delayed actor updates.
+    # Fujimoto et al. 2018: clipped double Q, target policy smoothing, delayed actor updates,
+    # and the target critics move with the target actor, every policy_delay critic updates.
     "td3": {
         "actor_distribution": "deterministic",
         "num_critics": 2,
         "policy_delay": 2,
+        "target_update_period": 2,
         "target_policy_noise": 0.2,
         "target_noise_clip": 0.5,
     },

@@ -30,8 +30,9 @@ from __future__ import annotations
 import copy
 import math
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -137,9 +138,11 @@ class ContinuousLearner(ReplayLearning):
 
     @staticmethod
     def _frozen_copy(module: nn.Module) -> nn.Module:
+        # A target only evaluates: with batch renormalisation, by the running statistics that
+        # Polyak averaging brings over, never by the batch's.
         target = copy.deepcopy(module)
         target.requires_grad_(False)
-        return target
+        return target.eval()
 
     # --- Trains ---------------------------------------------------------------------------------
     @property
@@ -258,7 +261,10 @@ class ContinuousLearner(ReplayLearning):
     def _next_actions(self, x_next: Tensor) -> tuple[Tensor, Tensor | None]:
         """a' for the bootstrap, in [-1, 1], and log pi(a'|s') for a stochastic actor."""
         if self.target_actor is None:
-            out = self._model.actor(x_next)
+            # The actor proposes a' as it acts: with batch renormalisation by its running
+            # statistics, which only its own step's pass on s moves (as CrossQ's reference).
+            with _in_mode(self._model.actor, training=False):
+                out = self._model.actor(x_next)
             assert out.log_std is not None
             return squashed_gaussian_sample(out.mean, out.log_std)
         mean = self.target_actor(x_next).mean
@@ -274,19 +280,17 @@ class ContinuousLearner(ReplayLearning):
         # The critics judge the actor's actions without learning from them; with batch
         # renormalisation they judge by their running statistics, as in acting (CrossQ).
         self.critics.requires_grad_(False)
-        was_training = self.critics.training
-        self.critics.train(not self.cfg.batch_renorm)
         try:
-            if out.log_std is None:
-                q_pi = self.critics(torch.cat([x, torch.tanh(out.mean)], dim=1))
-                loss = deterministic_actor_loss(q_pi[0])
-                log_prob = None
-            else:
-                a_pi, log_prob = squashed_gaussian_sample(out.mean, out.log_std)
-                q_pi = self.critics(torch.cat([x, a_pi], dim=1))
-                loss = sac_actor_loss(q_pi, log_prob, self.temperature.alpha)
+            with _in_mode(self.critics, training=not self.cfg.batch_renorm):
+                if out.log_std is None:
+                    q_pi = self.critics(torch.cat([x, torch.tanh(out.mean)], dim=1))
+                    loss = deterministic_actor_loss(q_pi[0])
+                    log_prob = None
+                else:
+                    a_pi, log_prob = squashed_gaussian_sample(out.mean, out.log_std)
+                    q_pi = self.critics(torch.cat([x, a_pi], dim=1))
+                    loss = sac_actor_loss(q_pi, log_prob, self.temperature.alpha)
         finally:
-            self.critics.train(was_training)
             self.critics.requires_grad_(True)
         if self.temperature_optimizer is not None and log_prob is not None:
             loss = loss + temperature_loss(
@@ -348,6 +352,10 @@ class ContinuousLearner(ReplayLearning):
         set_scheduled_learning_rate(
             self.actor_optimizer, self.actor_learning_rate, schedule, progress
         )
+        if self.temperature_optimizer is not None:  # it learns at the critics' rate
+            set_scheduled_learning_rate(
+                self.temperature_optimizer, self.learning_rate, schedule, progress
+            )
 
     # --- outside changes ------------------------------------------------------------------------
     def set_hyperparameters(self, values: dict[str, float]) -> None:
@@ -355,9 +363,6 @@ class ContinuousLearner(ReplayLearning):
         schedule decays from them. Other names are ignored."""
         if "learning_rate" in values:
             self.learning_rate = float(values["learning_rate"])
-            if self.temperature_optimizer is not None:  # it learns at the critics' rate
-                for group in self.temperature_optimizer.param_groups:
-                    group["lr"] = self.learning_rate
         if "actor_learning_rate" in values:
             self.actor_learning_rate = float(values["actor_learning_rate"])
         self._set_learning_rates()
@@ -412,6 +417,17 @@ class ContinuousLearner(ReplayLearning):
         if self.temperature_optimizer is not None and state["temperature_optimizer"] is not None:
             self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
         self._restore_counters(state)
+
+
+@contextmanager
+def _in_mode(module: nn.Module, training: bool) -> Iterator[None]:
+    """`module` in training mode `training` for the block, then back as it was."""
+    was_training = module.training
+    module.train(training)
+    try:
+        yield
+    finally:
+        module.train(was_training)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,9 @@ from sampleforge.models.q_heads import (
     CategoricalQHead,
     CategoricalQOutput,
     FQFOutput,
+    ImplicitQuantileHead,
     QuantileQOutput,
+    sample_fractions,
 )
 from sampleforge.models.q_network import QNetwork, QOutput
 from sampleforge.models.q_policy import QPolicy
@@ -102,6 +104,10 @@ class ValueLearner(ReplayLearning):
         self.fraction_optimizer = self._new_fraction_optimizer()
         self._step_undo = StepUndo()
         self._bootstrap = BootstrapThread(cfg.learner_bootstrap_thread)
+        network = self.network
+        self._samples_loss_fractions = (
+            isinstance(network.head, ImplicitQuantileHead) and network.fraction_head is None
+        )
 
     # --- Trains ---------------------------------------------------------------------------------
     @property
@@ -210,9 +216,20 @@ class ValueLearner(ReplayLearning):
 
     def _target_pass(self, obs: dict[str, Tensor], next_obs: dict[str, Tensor]) -> _TargetPass:
         target = self.target
+        rows = next(iter(next_obs.values())).shape[0]
         return _TargetPass(
-            next=target(next_obs), q_now=target(obs).q if self.cfg.munchausen else None
+            next=target(next_obs, self._loss_fractions(rows)),
+            q_now=target(obs).q if self.cfg.munchausen else None,
         )
+
+    def _loss_fractions(self, rows: int) -> Tensor | None:
+        """IQN's fractions for the loss, tau ~ U[0, 1]: N = N' = `num_quantiles` per row for
+        the online and the target quantiles (Dabney et al. 2018b); Q-values for acting and
+        Double DQN's argmax average the network's K. None for the other heads (FQF's proposal
+        picks its own)."""
+        if not self._samples_loss_fractions:
+            return None
+        return sample_fractions(rows, self.cfg.num_quantiles, device=self._device)
 
     def _to_device(self, b: ReplayBatch) -> _DeviceBatch:
         def tensor(x: np.ndarray) -> Tensor:
@@ -239,14 +256,15 @@ class ValueLearner(ReplayLearning):
         # The next observations apart, without a graph: encoded in one batch with `obs`, the
         # backward pass would run the encoder over both halves. On the bootstrap thread they
         # start first and run beside the forward pass; inline, in the order they always ran.
+        fractions = self._loss_fractions(len(batch.actions))
         if self._bootstrap.concurrent:
             next_online = self._bootstrap.submit(self._online_q, next_obs)
             target_pass = prefetched or self._bootstrap.submit(self._target_pass, obs, next_obs)
             features = online.encode(obs)
-            out = online.head_output(features)
+            out = online.head_output(features, fractions)
         else:
             features = online.encode(obs)
-            out = online.head_output(features)
+            out = online.head_output(features, fractions)
             next_online = self._bootstrap.submit(self._online_q, next_obs)
             target_pass = prefetched or self._bootstrap.submit(self._target_pass, obs, next_obs)
         next_online_q = next_online.result()

@@ -138,9 +138,9 @@ class QNetwork(nn.Module):
         """The head's output for features [B, F].
 
         ``fractions`` [B, K] (implicit_quantile and fqf heads only): evaluate the quantiles
-        there (IQN's sampled fractions; the target network at the online proposal's tau_hat;
-        FQF's fraction loss at the inner tau). Without them an implicit head uses
-        ``num_quantile_samples`` default fractions, and an FQF network its own proposal.
+        there (IQN's N and N' sampled fractions of the loss; FQF's fraction loss at the inner
+        tau). Without them an implicit head uses ``num_quantile_samples`` default fractions,
+        and an FQF network its own proposal (the target network's too, at s').
         """
         head = self.head
         if not isinstance(head, ImplicitQuantileHead):

@@ -66,6 +66,22 @@ def test_projection_of_a_point_on_an_atom_keeps_its_mass_there():
     torch.testing.assert_close(got, torch.tensor([[0.0, 0.0, 0.0, 1.0, 0.0]]))
 
 
+@pytest.mark.parametrize("v_min, v_max, n_atoms", [(-1.0, 3.3, 51), (-10.0, 200.0, 51)])
+def test_a_return_clipped_at_v_max_lands_on_the_last_atom(v_min, v_max, n_atoms):
+    # In float32, (v_max - v_min) / delta_z rounds above N - 1 on these supports.
+    support = torch.linspace(v_min, v_max, n_atoms)
+    probs = torch.softmax(torch.randn(2, n_atoms, generator=torch.Generator().manual_seed(0)), 1)
+    got = categorical_projection(
+        next_probs=probs,
+        returns=torch.tensor([v_max + 5.0, v_min - 5.0]),
+        discounts=torch.zeros(2),
+        support=support,
+    )
+    expected = torch.zeros(2, n_atoms)
+    expected[0, -1] = expected[1, 0] = 1.0
+    torch.testing.assert_close(got, expected)
+
+
 def _quantile_huber_loop(quantiles, targets, taus, kappa):
     total = []
     for q_row, t_row, tau_row in zip(quantiles, targets, taus):

@@ -116,6 +116,57 @@ def test_target_critics_follow_by_polyak_averaging_and_crossq_has_none():
     assert td3.target_actor is not None
 
 
+def test_td3_s_target_critics_move_with_its_target_actor_every_policy_delay_updates():
+    # Fujimoto et al. 2018, algorithm 1: both target networks follow inside the delayed block.
+    learner = make_learner(config("td3"))
+    assert learner.target_critics is not None and learner.target_actor is not None
+    for update in range(1, 5):
+        critics, actor = params(learner.target_critics), params(learner.target_actor)
+        learner.train([batch(update)], _noop)
+        assert changed(critics, learner.target_critics) == (update % 2 == 0), update
+        assert changed(actor, learner.target_actor) == (update % 2 == 0), update
+
+
+def _renorm_passes(module: torch.nn.Module) -> list[int]:
+    """The training forward passes each batch renormalisation layer of `module` has counted."""
+    return [int(b) for name, b in module.named_buffers() if name.endswith("steps")]
+
+
+def test_crossq_s_statistics_move_only_in_the_passes_that_learn():
+    # The actor's a' for the critics' pass (s') comes from its running statistics, as in
+    # acting: only its own step's pass on s moves them. The critics' joint pass moves theirs.
+    learner = make_learner(config("crossq"))
+    assert learner.cfg.policy_delay == 3
+    learner.train([batch(i) for i in range(6)], _noop)
+    actor_passes, critic_passes = (
+        _renorm_passes(m) for m in (learner.model.actor, learner.critics)
+    )
+    assert actor_passes and set(actor_passes) == {2}, actor_passes  # updates 3 and 6
+    assert critic_passes and set(critic_passes) == {6}, critic_passes
+    assert learner.model.actor.training and learner.critics.training
+
+
+def test_target_networks_evaluate_by_their_running_statistics():
+    learner = make_learner(config("td3", batch_renorm=True))
+    assert learner.target_critics is not None and learner.target_actor is not None
+    learner.train([batch(0), batch(1)], _noop)  # the targets follow at update 2
+    statistics = {k: b.clone() for k, b in learner.target_critics.named_buffers()}
+    learner.train([batch(2)], _noop)  # their pass at s', and no update of theirs
+    assert not learner.target_critics.training and not learner.target_actor.training
+    for name, after in learner.target_critics.named_buffers():
+        assert torch.equal(after, statistics[name]), name
+
+
+def test_the_temperature_s_rate_follows_the_critics_schedule():
+    learner = make_learner(config("sac", lr_schedule="linear", train_for_env_steps=1000))
+    learner.stager.inserted_steps = 250
+    learner.train([batch(0)], _noop)
+    assert learner.temperature_optimizer is not None
+    rate = learner.temperature_optimizer.param_groups[0]["lr"]
+    assert rate == learner.critic_optimizer.param_groups[0]["lr"]
+    assert rate == pytest.approx(0.75 * learner.cfg.learning_rate)
+
+
 def test_sac_s_temperature_learns_and_a_fixed_one_does_not():
     learner = make_learner(config("sac", learning_rate=1e-2))
     alpha = float(learner.temperature.alpha)

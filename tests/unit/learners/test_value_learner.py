@@ -201,6 +201,21 @@ def test_a_step_that_overflows_the_weights_is_undone(algorithm, thread):
     assert learner.policy_version == 1 and learner.skipped_updates == 1
 
 
+def test_iqn_s_loss_samples_num_quantiles_fractions_online_and_target():
+    # Dabney et al. 2018b: N = N' = num_quantiles for the loss, K for the Q-values of acting.
+    learner = make_learner(config("iqn"))  # num_quantiles 8 (SMALL)
+    k = learner.network.num_quantile_samples
+    assert k != 8
+    seen: dict[str, list[tuple[int, ...]]] = {"online": [], "target": []}
+    for name, network in (("online", learner.network), ("target", learner.target)):
+        network.head.register_forward_hook(
+            lambda m, args, out, name=name: seen[name].append(tuple(args[1].shape))
+        )
+    learner.train([batch(0)], _noop)
+    assert (B, 8) in seen["online"] and seen["target"] == [(B, 8)], seen
+    assert (B, k) in seen["online"]  # Double DQN's argmax at s', by K fractions
+
+
 def test_fqf_fraction_loss_trains_the_proposal_alone():
     # Zero importance weights zero the quantile loss's gradient: only the fraction loss acts.
     learner = make_learner(config("fqf", fraction_lr=1e-2))
