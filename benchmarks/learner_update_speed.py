@@ -71,7 +71,9 @@ def _time_updates(cfg: Config, args: argparse.Namespace) -> list[float]:
     """Updates per second of `--repeats` runs (and the profile, if asked)."""
     torch.set_num_threads(args.threads)
     info = env_info(args.env)
-    probe = make_training_probe(cfg, info.observation_space, info.action_space, torch.device("cpu"))
+    probe = make_training_probe(
+        cfg, info.observation_space, info.action_space, torch.device("cpu"), info.frame_stacked_keys
+    )
     try:
         for _ in range(10):  # warm-up: allocator, first-call costs
             probe.train_once()

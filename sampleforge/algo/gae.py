@@ -129,7 +129,9 @@ def n_step_returns(
 
     G_t = r_t + gamma_t G_{t+1},  G_T = V(x_T)
     i.e. G_t = sum_{k=t}^{T-1} (prod_{i=t}^{k-1} gamma_i) r_k + (prod_{i=t}^{T-1} gamma_i) V(x_T).
-    This is the classic A3C target (Mnih et al. 2016).
+    This is the classic A3C target (Mnih et al. 2016) for a rollout whose every done is a
+    termination: it bootstraps nothing at a time limit (``gae_advantages`` with lambda 1 and
+    ``valids`` does).
 
     rewards: [T, B], bootstrap_value: [B], dones: [T, B] -> returns [T, B]
     """

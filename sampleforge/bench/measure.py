@@ -167,7 +167,9 @@ def compute_costs(
 
     # The learner's work on one core: a bootstrap thread would spread it over two.
     one_core = cfg.replace(learner_bootstrap_thread=False)
-    probe = make_training_probe(one_core, env.observation_space, env.action_space, device)
+    probe = make_training_probe(
+        one_core, env.observation_space, env.action_space, device, env.frame_stacked_keys
+    )
     try:
 
         def train():

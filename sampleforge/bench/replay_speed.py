@@ -31,7 +31,13 @@ from sampleforge.buffers.replay import ReplayBuffer
 from sampleforge.buffers.replay_layout import estimate_replay_bytes
 from sampleforge.buffers.sum_tree import SumTree
 from sampleforge.config import Config
-from sampleforge.envs.registry import EnvContext, env_seed, make_env, resolve_env
+from sampleforge.envs.registry import (
+    EnvContext,
+    env_seed,
+    frame_stacked_keys,
+    make_env,
+    resolve_env,
+)
 from sampleforge.learners.probe_data import random_actions
 from sampleforge.spaces import action_spec, actions_to_env, observation_specs, observation_to_dict
 
@@ -98,6 +104,7 @@ def fill_by_random_play(
             n_step=n_step,
             gamma=gamma,
             prioritized=prioritized,
+            stacked_keys=frame_stacked_keys(envs[0]),
         )
         rng = np.random.default_rng(seed)
         last = [
@@ -185,6 +192,7 @@ def _replay_speed(
         obs_specs=replay.obs_specs,
         action_spec=replay.action_spec,
         n_step=cfg.n_step,
+        stacked_keys=replay.stacked_keys,
         compressed_bytes_per_frame=round(frame_bytes or 0),
     )
     rng = np.random.default_rng(1)

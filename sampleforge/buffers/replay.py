@@ -25,12 +25,15 @@ begins afresh (``starts[r]``) first turns its tail into a reset step (valid 0, d
 the truncation encoding of ``algo.gae``), so windows before it bootstrap from the tail and none
 runs into the new segment.
 
-Frame keys (uint8 ``[stack, H, W]`` with a small stack, or ``[H, W]``) keep their frames in a
-``CompressedFrameStore`` per key and store per transition the ids of the ``stack`` frames of its
-observation. When ``obs_t[:-1]`` equals ``obs_{t-1}[1:]`` byte for byte only the newest frame is
-stored; otherwise (an episode start, whatever the env's padding) every frame of the stack is,
-each reusing the id of an equal frame just before it in the stack. Either way the stacked
-observation is rebuilt bit for bit.
+Frame keys (every uint8 image; ``replay_layout.frame_stacks_of``) keep their frames in a
+``CompressedFrameStore`` per key and store per transition the ids of the frames of its
+observation: one frame of the whole image, or, for a key the env declares a frame stack
+(``stacked_keys``: ``[stack, H, W]``, the last ``stack`` frames), ``stack`` of them. When a
+stack's ``obs_t[:-1]`` equals ``obs_{t-1}[1:]`` byte for byte only the newest frame is stored;
+otherwise (an episode start, whatever the env's padding) every frame of the stack is, each
+reusing the id of an equal frame just before it in the stack. Either way the observation is
+rebuilt bit for bit. Only a declared stack is split: the frame rings hold about one new frame
+per transition, which the channels of an RGB image, taken as frames, would overrun.
 
 A transition is sampled only when it is valid, its window is complete (n steps stored, or an
 episode end before the missing ones) and all frames of its observation and bootstrap
@@ -57,14 +60,13 @@ from sampleforge.buffers.replay_layout import (
     BLOB_OVERHEAD_BYTES,
     ReplayLayout,
     estimate_replay_bytes,
-    frame_keys_of,
-    stack_of,
+    frame_stacks_of,
     sum_tree_bytes,
 )
 from sampleforge.buffers.sum_tree import SumTree
 from sampleforge.spaces import TensorSpec
 
-__all__ = ["ReplayBatch", "ReplayBuffer", "estimate_replay_bytes", "frame_keys_of"]
+__all__ = ["ReplayBatch", "ReplayBuffer", "estimate_replay_bytes", "frame_stacks_of"]
 
 _MAX_REDRAWS = 64
 
@@ -104,7 +106,7 @@ class ReplayBuffer:
         alpha: float = 0.6,
         beta: float = 0.4,
         priority_eps: float = 1e-6,
-        frame_keys: Sequence[str] | None = None,
+        stacked_keys: Sequence[str] = (),
         keyframe_interval: int = 16,
     ):
         if not 1 <= n_step <= 255:  # steps to the bootstrap are kept as uint8
@@ -115,15 +117,7 @@ class ReplayBuffer:
             raise ValueError(f"alpha must be >= 0, got {alpha}")
         if not priority_eps > 0.0:
             raise ValueError(f"priority_eps must be > 0, got {priority_eps}")
-        frame_keys = frame_keys_of(obs_specs) if frame_keys is None else list(frame_keys)
-        for key in frame_keys:
-            spec = obs_specs.get(key)
-            if spec is None or spec.dtype != torch.uint8 or len(spec.shape) not in (2, 3):
-                raise ValueError(
-                    f"frame key {key!r} must be a uint8 [stack, H, W] or [H, W] observation, "
-                    f"got {spec}"
-                )
-        self._stacks = {k: stack_of(obs_specs[k]) for k in frame_keys}
+        self._stacks = frame_stacks_of(obs_specs, stacked_keys)
         max_stack = max([s for s, _ in self._stacks.values()], default=1)
         self._layout = ReplayLayout.of(capacity, num_streams, n_step, keyframe_interval, max_stack)
         self.capacity = capacity
@@ -132,7 +126,9 @@ class ReplayBuffer:
         self.prioritized, self.alpha, self.priority_eps = prioritized, alpha, priority_eps
         self.beta = beta
         self.obs_specs, self.action_spec = dict(obs_specs), action_spec
-        self.frame_keys = frame_keys
+        # Keys stored as compressed frames, and those of them that are stacks of frames.
+        self.frame_keys = list(self._stacks)
+        self.stacked_keys = sorted(stacked_keys)
         self._allocate()
 
     def _allocate(self) -> None:
@@ -574,6 +570,7 @@ class ReplayBuffer:
             "prioritized": self.prioritized,
             "alpha": self.alpha,
             "frame_keys": list(self.frame_keys),
+            "stacked_keys": list(self.stacked_keys),
             "keyframe_interval": self._layout.keyframe_interval,
             "obs": {k: [list(s.shape), str(s.dtype)] for k, s in sorted(self.obs_specs.items())},
             "action": [list(self.action_spec.shape), str(self.action_spec.dtype)],
@@ -606,7 +603,7 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict`` of a replay with the same settings (beta aside)."""
-        if state["settings"] != self._settings():
+        if _with_stacked_keys(state["settings"]) != self._settings():
             raise ValueError(
                 f"saved replay settings {state['settings']} differ from {self._settings()}"
             )
@@ -631,6 +628,16 @@ def _to_torch(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _to_torch(v) for k, v in value.items()}
     return value
+
+
+def _with_stacked_keys(settings: dict[str, Any]) -> dict[str, Any]:
+    """Saved replay settings, with the stacked keys that replays saved before they were
+    recorded had: every frame key of shape [c, H, W] with 1 < c <= 16."""
+    if "stacked_keys" in settings:
+        return settings
+    shapes = {key: shape for key, (shape, _) in settings["obs"].items()}
+    stacked = [k for k in settings["frame_keys"] if len(shapes[k]) == 3 and 1 < shapes[k][0] <= 16]
+    return {**settings, "stacked_keys": sorted(stacked)}
 
 
 def _to_numpy(value: Any) -> Any:

@@ -18,29 +18,39 @@ import torch
 
 from sampleforge.spaces import TensorSpec
 
-# A stack of more frames than this is taken as an image with channels, not a frame stack.
-MAX_FRAME_STACK = 16
 # Bytes a compressed frame costs beyond its LZ4 payload: a Python bytes object's header (33
 # bytes, rounded up by the allocator) plus its pointer in the ring's list.
 BLOB_OVERHEAD_BYTES = 56
 # Default for estimate_replay_bytes: the mean LZ4-compressed size of an 84x84 Atari frame
 # (keyframes and differences together) measured 173 bytes on random-play Pong and 145 on
 # Breakout (benchmarks/replay_bench.py); this is about 3x that, since busier screens compress
-# worse. A caller that knows its game should state its own figure.
+# worse; larger frames are priced in proportion to their bytes. A caller that knows its game
+# should state its own figure.
 DEFAULT_COMPRESSED_BYTES_PER_FRAME = 512
+_DEFAULT_COMPRESSED_FRACTION = DEFAULT_COMPRESSED_BYTES_PER_FRAME / (84 * 84)
 
 
-def frame_keys_of(obs_specs: dict[str, TensorSpec]) -> list[str]:
-    """The observation keys stored as frames: uint8 ``[stack, H, W]`` with 1 < stack <= 16,
-    or uint8 ``[H, W]``."""
-    keys = []
+def frame_stacks_of(
+    obs_specs: dict[str, TensorSpec], stacked_keys: Sequence[str] = ()
+) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """The observation keys stored as compressed frames, each with (frames per observation,
+    shape of one frame): every uint8 observation of 2 or more dims. A key in ``stacked_keys``
+    (its first axis stacks the env's last frames, each observation shifting in one: what
+    gymnasium's FrameStackObservation makes) is that many frames, stored once each; any other
+    image (an RGB ``[3, H, W]`` too) is one frame of its whole shape."""
+    for key in stacked_keys:
+        spec = obs_specs.get(key)
+        if spec is None or spec.dtype != torch.uint8 or len(spec.shape) < 3:
+            raise ValueError(
+                f"stacked key {key!r} must be a uint8 observation [stack, H, W, ...], got {spec}"
+            )
+    frames = {}
     for key, spec in obs_specs.items():
-        if spec.dtype != torch.uint8:
-            continue
-        stacked = len(spec.shape) == 3 and 1 < spec.shape[0] <= MAX_FRAME_STACK
-        if stacked or len(spec.shape) == 2:
-            keys.append(key)
-    return keys
+        if key in stacked_keys:
+            frames[key] = (spec.shape[0], tuple(spec.shape[1:]))
+        elif spec.dtype == torch.uint8 and len(spec.shape) >= 2:
+            frames[key] = (1, tuple(spec.shape))
+    return frames
 
 
 @dataclass(frozen=True)
@@ -70,13 +80,6 @@ class ReplayLayout:
         return ReplayLayout(num_streams, slots, frames, keyframe_interval)
 
 
-def stack_of(spec: TensorSpec) -> tuple[int, tuple[int, ...]]:
-    """(frames per observation, shape of one frame) of a frame key."""
-    if len(spec.shape) == 2:
-        return 1, tuple(spec.shape)
-    return spec.shape[0], tuple(spec.shape[1:])
-
-
 def estimate_replay_bytes(
     *,
     capacity: int,
@@ -84,35 +87,42 @@ def estimate_replay_bytes(
     obs_specs: dict[str, TensorSpec],
     action_spec: TensorSpec,
     n_step: int = 1,
-    frame_keys: Sequence[str] | None = None,
+    stacked_keys: Sequence[str] = (),
     keyframe_interval: int = 16,
-    compressed_bytes_per_frame: int = DEFAULT_COMPRESSED_BYTES_PER_FRAME,
+    compressed_bytes_per_frame: int | None = None,
 ) -> int:
     """The memory a ``ReplayBuffer`` with these settings needs when full, in bytes.
 
     Exact for everything stored raw (numpy rings, frame ids, the sum tree, the frame stores'
     indexes); for the compressed frames an upper bound as long as the frames held compress,
     on average, to at most ``compressed_bytes_per_frame`` (the caller's stated figure for its
-    game; each frame also costs ``BLOB_OVERHEAD_BYTES`` for its Python object, counted here).
-    Every frame slot of every stream is counted as used.
+    game; by default 512 bytes, or that per 84x84 frame's worth of bytes; each frame also costs
+    ``BLOB_OVERHEAD_BYTES`` for its Python object, counted here). Every frame slot of every
+    stream is counted as used. ``stacked_keys``: as ``frame_stacks_of``.
     """
-    frame_keys = frame_keys_of(obs_specs) if frame_keys is None else list(frame_keys)
-    max_stack = max([stack_of(obs_specs[k])[0] for k in frame_keys], default=1)
+    stacks = frame_stacks_of(obs_specs, stacked_keys)
+    max_stack = max([stack for stack, _ in stacks.values()], default=1)
     layout = ReplayLayout.of(capacity, num_streams, n_step, keyframe_interval, max_stack)
     rows = layout.num_streams * layout.slots_per_stream
     # action; reward, done, valid, ready; the n-step return, discount and steps
     per_slot = _spec_bytes(action_spec) + 4 + 1 + 1 + 1 + 4 + 4 + 1
     total = rows * per_slot + sum_tree_bytes(rows)
     for key, spec in obs_specs.items():
-        if key not in frame_keys:
+        if key not in stacks:
             total += rows * _spec_bytes(spec)
             continue
-        stack, frame_shape = stack_of(spec)
+        stack, frame_shape = stacks[key]
         frame_bytes = math.prod(frame_shape)
+        compressed = compressed_bytes_per_frame
+        if compressed is None:
+            compressed = max(
+                DEFAULT_COMPRESSED_BYTES_PER_FRAME,
+                math.ceil(frame_bytes * _DEFAULT_COMPRESSED_FRACTION),
+            )
         total += rows * stack * 8  # frame ids
         total += num_streams * (stack * frame_bytes + stack * 8)  # last stack and its ids
         frames = num_streams * layout.frames_per_stream
-        total += frames * (8 + compressed_bytes_per_frame + BLOB_OVERHEAD_BYTES)
+        total += frames * (8 + compressed + BLOB_OVERHEAD_BYTES)
         total += num_streams * frame_bytes  # each stream's last keyframe, kept raw
     return total
 

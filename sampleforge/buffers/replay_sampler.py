@@ -46,6 +46,15 @@ class BackgroundSampler:
             raise ValueError(
                 f"batch_size and queue_size must be >= 1, got {batch_size}, {queue_size}"
             )
+        # While inserts are held back the limiter allows about 2 * error_buffer - r samples;
+        # the thread samples whole batches, so below one batch neither side could ever move.
+        smallest = (batch_size + limiter.samples_per_insert) / 2
+        if limiter.error_buffer < smallest:
+            raise ValueError(
+                f"the limiter's error_buffer {limiter.error_buffer:g} is too narrow for batches "
+                f"of {batch_size} at {limiter.samples_per_insert:g} samples per insert: it must "
+                f"be at least (batch_size + samples_per_insert) / 2 = {smallest:g}"
+            )
         self.replay, self.limiter = replay, limiter
         self.batch_size, self.queue_size = batch_size, queue_size
         self._rng = np.random.default_rng(seed)

@@ -40,6 +40,9 @@ class TrajectoryLayout:
     rollout: int
     rows_per_slot: int
     num_slots: int
+    # Observation keys whose first axis stacks the env's last frames (a replay stores each
+    # frame once: replay_layout.frame_stacks_of).
+    frame_stacked_keys: tuple[str, ...] = ()
 
     def nbytes(self) -> int:
         """Bytes of shared memory the buffer occupies."""

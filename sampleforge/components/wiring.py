@@ -189,6 +189,7 @@ def trajectory_layout(cfg: Config, env: EnvInfo, rnn_state_size: int) -> Traject
         num_slots=slots_needed(
             total_splits, rows, cfg.rollout, cfg.max_dataset_size * cfg.num_policies
         ),
+        frame_stacked_keys=env.frame_stacked_keys,
     )
 
 

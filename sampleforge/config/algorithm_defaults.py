@@ -32,8 +32,9 @@ ALGORITHM_SETTINGS: dict[str, dict[str, Any]] = {
     # IQN: N = N' = 64 sampled fractions for the loss (Dabney et al. 2018b).
     "iqn": {"q_head": "implicit_quantile", "num_quantiles": 64},
     "fqf": {"q_head": "fqf", "num_quantiles": 32, "num_fractions": 32},
-    # Munchausen DQN's soft bootstrap replaces double Q (Vieillard et al. 2020).
-    "mdqn": {"munchausen": True, "double_q": False},
+    # Munchausen DQN's soft bootstrap replaces double Q (Vieillard et al. 2020); its target is
+    # one-step (the log-policy bonus of the steps between is not stored), whatever the family's.
+    "mdqn": {"munchausen": True, "double_q": False, "n_step": 1},
     # PQN: Q(lambda) on fresh rollouts, LayerNorm, no replay and no target (Gallici et al.).
     "pqn": {"layer_norm": True, "double_q": False},
 }

@@ -467,6 +467,13 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             f"munchausen applies to the scalar Q head only; got q_head {cfg.q_head!r} "
             f"(algorithm {cfg.algorithm!r}): use q_head scalar or munchausen false"
         )
+    if cfg.munchausen and cfg.n_step != 1:
+        # An n-step return would need the log-policy bonus of every step between, which the
+        # replay does not store: the target would mix n rewards with one step's bonus.
+        problems.append(
+            f"n_step: munchausen's target is one-step (Vieillard et al. 2020); got n_step "
+            f"{cfg.n_step} (algorithm {cfg.algorithm!r}): use n_step 1 or munchausen false"
+        )
     return problems
 
 

@@ -45,6 +45,7 @@ from sampleforge.envs.registry import (
     UnknownEnvError,
     env_seed,
 )
+from sampleforge.spaces import OBS_KEY
 
 ENVPOOL_PREFIX = "envpool:"
 INSTALL_HINT = "pip install 'sampleforge[envpool]'"
@@ -336,6 +337,12 @@ class EnvPoolEnv(gym.Env):
         self._pool = self._make_pool()
         self.observation_space = self._pool.observation_space
         self.action_space = self._pool.action_space
+        # EnvPool's greyscale Atari stacks its last `stack_num` frames along the first axis
+        # (in colour each frame would be 3 planes of it).
+        grey = dict(factory.options).get("gray_scale", True)
+        shape = self.observation_space.shape or ()
+        stacked = factory.atari and grey and len(shape) == 3 and shape[0] > 1
+        self.frame_stacked_keys = (OBS_KEY,) if stacked else ()
         self._tracker = factory.episode_tracker(1)
         self._env_id = np.zeros(1, dtype=np.int32)
         assert self.action_space.shape is not None  # EnvPool's action spaces are Box or Discrete

@@ -104,6 +104,8 @@ class EnvInfo:
     num_agents: int = 1
     # Reward-shaping coefficients PBT may mutate, with their defaults (multi-agent envs).
     reward_shaping: dict[str, float] = field(default_factory=dict)
+    # Observation keys whose first axis stacks the env's last frames (`frame_stacked_keys`).
+    frame_stacked_keys: tuple[str, ...] = ()
 
 
 class _RewardIsANumber(gym.Wrapper):
@@ -327,6 +329,7 @@ def env_info(name: str, *, drop_obs_keys: Sequence[str] = ()) -> EnvInfo:
             reward_threshold=spec.reward_threshold,
             num_agents=int(getattr(env, "num_agents", 1)) if spec.multi_agent else 1,
             reward_shaping=dict(getattr(env, "reward_shaping_defaults", {})),
+            frame_stacked_keys=() if spec.multi_agent else frame_stacked_keys(env),
         )
         _check_supported_spaces(name, info)
         if not spec.multi_agent:
@@ -336,6 +339,25 @@ def env_info(name: str, *, drop_obs_keys: Sequence[str] = ()) -> EnvInfo:
         env.close()
     _INFO_CACHE[cache_key] = info
     return info
+
+
+def frame_stacked_keys(env: gym.Env) -> tuple[str, ...]:
+    """The observation keys of ``env`` whose first axis stacks its last frames, each new
+    observation shifting in one (a replay then stores each frame once): the observation of
+    gymnasium's ``FrameStackObservation`` when no wrapper above it changes the space, or what
+    the env or a wrapper declares in a ``frame_stacked_keys`` attribute (EnvPool's Atari)."""
+    layer: Any = env
+    while True:
+        declared = getattr(layer, "frame_stacked_keys", None)
+        if declared is not None:
+            return tuple(declared)
+        if isinstance(layer, gym.wrappers.FrameStackObservation):
+            space = env.observation_space
+            unchanged = layer.observation_space == space and isinstance(space, gym.spaces.Box)
+            return (OBS_KEY,) if unchanged else ()
+        if not isinstance(layer, gym.Wrapper):
+            return ()
+        layer = layer.env
 
 
 def observation_shape_problem(obs: Any, space: gym.Space) -> str | None:

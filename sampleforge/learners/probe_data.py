@@ -16,7 +16,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from sampleforge.buffers.replay import ReplayBuffer, frame_keys_of
+from sampleforge.buffers.replay import ReplayBuffer
 from sampleforge.buffers.replay_sampler import BackgroundSampler
 from sampleforge.config import Config
 from sampleforge.learners.batcher import Dataset
@@ -110,10 +110,8 @@ def _random_stream_obs(replay: ReplayBuffer, length: int) -> dict[str, np.ndarra
     """[length, streams, ...] observations per key; frame keys as sliding stacks of frames."""
     lead = (length, replay.num_streams)
     obs = {k: v.numpy() for k, v in random_obs(replay.obs_specs, lead).items()}
-    for key in frame_keys_of(replay.obs_specs):
+    for key in replay.stacked_keys:
         shape = replay.obs_specs[key].shape
-        if len(shape) != 3:
-            continue  # a single frame [H, W]: nothing to slide
         stack = shape[0]
         frames = np.random.default_rng(1).integers(
             0, 256, size=(length + stack - 1, replay.num_streams, *shape[1:]), dtype=np.uint8

@@ -13,6 +13,7 @@ Must not: touch processes or queues (the learner worker does).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable, cast
 
@@ -151,6 +152,7 @@ def _replay_parts(
         prioritized=cfg.prioritized_replay,
         alpha=cfg.priority_alpha,
         beta=cfg.priority_beta,
+        stacked_keys=layout.frame_stacked_keys,
     )
     transitions_per_slot = cfg.rollout * rows
     ratio = cfg.samples_per_insert
@@ -276,6 +278,7 @@ def _replay_probe(
     action_space: gym.Space,
     device: torch.device,
     make_learner: ReplayLearnerFactory,
+    frame_stacked_keys: Sequence[str],
 ) -> TrainingProbe:
     """One call: the updates the learner worker makes from one take of sampled batches, each
     batch drawn by the replay's sampler thread as in training. Each update stands for
@@ -291,6 +294,7 @@ def _replay_probe(
         prioritized=cfg.prioritized_replay,
         alpha=cfg.priority_alpha,
         beta=cfg.priority_beta,
+        stacked_keys=frame_stacked_keys,
     )
     # Sampling never waits for inserts here: the probe times updates, not the ratio.
     limiter = SampleToInsertRatio(cfg.samples_per_insert, 1, error_buffer=1e15)
@@ -327,33 +331,35 @@ def _replay_probe(
     )
 
 
-def _value_based_probe(
-    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
-) -> TrainingProbe:
-    return _replay_probe(cfg, observation_space, action_space, device, ValueLearner)
-
-
-def _continuous_control_probe(
-    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
-) -> TrainingProbe:
-    return _replay_probe(cfg, observation_space, action_space, device, ContinuousLearner)
-
-
-# family name -> how a stand-alone probe of its learner is built
+# family name -> how a stand-alone probe of its learner is built (the fresh-trajectory
+# families) or the learner a replay probe trains (the replay families)
 PROBES: dict[str, Callable[[Config, gym.Space, gym.Space, torch.device], TrainingProbe]] = {
     "actor_critic": _actor_critic_probe,
-    "value_based": _value_based_probe,
     "pqn": _pqn_probe,
-    "continuous_control": _continuous_control_probe,
+}
+REPLAY_PROBE_LEARNERS: dict[str, ReplayLearnerFactory] = {
+    "value_based": ValueLearner,
+    "continuous_control": ContinuousLearner,
 }
 
 
 def make_training_probe(
-    cfg: Config, observation_space: gym.Space, action_space: gym.Space, device: torch.device
+    cfg: Config,
+    observation_space: gym.Space,
+    action_space: gym.Space,
+    device: torch.device,
+    frame_stacked_keys: Sequence[str] = (),
 ) -> TrainingProbe:
     """A learner of `cfg.algorithm`'s family on random data of these spaces, on `device`, for
-    timing its updates; close it after use."""
-    return PROBES[algorithm_family(cfg.algorithm)](cfg, observation_space, action_space, device)
+    timing its updates; close it after use. `frame_stacked_keys`: the env's (`EnvInfo`), for
+    a replay that stores frames as training's does."""
+    family = algorithm_family(cfg.algorithm)
+    if family in REPLAY_PROBE_LEARNERS:
+        learner = REPLAY_PROBE_LEARNERS[family]
+        return _replay_probe(
+            cfg, observation_space, action_space, device, learner, frame_stacked_keys
+        )
+    return PROBES[family](cfg, observation_space, action_space, device)
 
 
 @dataclass(frozen=True)
@@ -385,6 +391,7 @@ def _replay_staging(cfg: Config, layout: TrajectoryLayout | None) -> StagingEsti
             obs_specs=layout.obs_specs,
             action_spec=layout.action_spec,
             n_step=cfg.n_step,
+            stacked_keys=layout.frame_stacked_keys,
         )
     return StagingEstimate(
         nbytes=nbytes,

@@ -83,9 +83,9 @@ def test_the_learner_is_measured_on_one_core_without_its_bootstrap_thread(monkey
     seen = []
     original = measure.make_training_probe
 
-    def probe(cfg, observation_space, action_space, device):
+    def probe(cfg, observation_space, action_space, device, frame_stacked_keys):
         seen.append((cfg.learner_bootstrap_thread, cfg.algorithm, torch.get_num_threads()))
-        return original(cfg, observation_space, action_space, device)
+        return original(cfg, observation_space, action_space, device, frame_stacked_keys)
 
     monkeypatch.setattr(measure, "make_training_probe", probe)
     cfg = make_config(
@@ -100,9 +100,9 @@ def test_model_costs_are_measured_on_the_training_gpu(monkeypatch):
     seen = []
     original = measure.make_training_probe
 
-    def probe(cfg, observation_space, action_space, device):
+    def probe(cfg, observation_space, action_space, device, frame_stacked_keys):
         seen.append(device.type)
-        return original(cfg, observation_space, action_space, device)
+        return original(cfg, observation_space, action_space, device, frame_stacked_keys)
 
     monkeypatch.setattr(measure, "make_training_probe", probe)
     cfg = make_config(env="CartPole-v1", device="cuda")

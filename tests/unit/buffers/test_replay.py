@@ -162,7 +162,7 @@ def _replay(num_streams: int, slots: int, n: int = 3, **kwargs) -> ReplayBuffer:
         n_step=n,
         gamma=0.9,
         keyframe_interval=4,
-        **kwargs,
+        **{"stacked_keys": ["image"], **kwargs},
     )
 
 
@@ -289,6 +289,7 @@ def test_atari_observations_round_trip_bit_for_bit():
         action_spec=ACTION_SPEC,
         n_step=3,
         gamma=0.99,
+        stacked_keys=["obs"],  # what make_atari_env's FrameStackObservation is found to be
     )
     assert replay.frame_keys == ["obs"]
     for kwargs in adds:
@@ -329,6 +330,40 @@ def test_single_frame_images_are_stored_as_frames_and_round_trip():
     np.testing.assert_array_equal(batch.obs["screen"], frames[:20, 0])
     np.testing.assert_array_equal(batch.next_obs["screen"], frames[1:, 0])
     assert replay._stores["screen"].frames_stored == 21
+
+
+@pytest.mark.parametrize("shape", [(3, 8, 8), (7, 7, 3)], ids=["rgb_chw", "minigrid_hwc"])
+def test_an_image_that_is_no_frame_stack_is_one_frame_and_the_whole_replay_stays_sampleable(
+    shape,
+):
+    """Channels are not frames: taken as a stack of 3 (or 7) frames, every transition stored
+    that many, the frame ring (about one frame per transition) evicted the frames of live
+    transitions, and sampling silently lost two thirds of the replay."""
+    specs = {"obs": TensorSpec(shape=shape, dtype=torch.uint8)}
+    replay = ReplayBuffer(
+        capacity=640, num_streams=1, obs_specs=specs, action_spec=ACTION_SPEC, n_step=3, gamma=0.9
+    )
+    assert replay.frame_keys == ["obs"] and replay.stacked_keys == []
+    rng = np.random.default_rng(5)
+    record = []
+    for chunk in range(100):  # 2,000 steps: the rings wrap three times
+        obs = rng.integers(0, 256, (21, 1, *shape), dtype=np.uint8)
+        if chunk:
+            obs[0] = record[-1][-1]  # each chunk starts at the last one's tail
+        record.append(obs)
+        ones = np.ones((20, 1), np.float32)
+        replay.add(
+            np.array([0]), {"obs": obs}, np.zeros((20, 1, 1), np.int64), ones, 0 * ones, ones
+        )
+    assert replay.num_sampleable >= 640 - 20 - 3
+    for _ in range(50):
+        replay.sample(32, rng)
+    assert replay.num_sampleable >= 640 - 20 - 3  # nothing dropped as undecodable
+    steps = np.concatenate([obs[:-1, 0] for obs in record] + [record[-1][-1:, 0]])
+    first = 2000 + 1 - 640  # the oldest transition still in the ring (its tail holds obs 2000)
+    batch = replay.read(np.arange(first, first + 8))
+    np.testing.assert_array_equal(batch.obs["obs"], steps[first : first + 8])
+    np.testing.assert_array_equal(batch.next_obs["obs"], steps[first + 3 : first + 11])
 
 
 def _per_replay(transitions: int, alpha: float) -> tuple[ReplayBuffer, SyntheticStreams]:
@@ -397,6 +432,21 @@ def test_state_dict_round_trips_through_torch_save_weights_only():
         _replay(3, slots=31).load_state_dict(replay.state_dict())
 
 
+def test_a_replay_saved_before_stacked_keys_were_recorded_loads_as_the_stack_it_was():
+    streams = SyntheticStreams(2, seed=9)
+    replay = _replay(2, slots=30)
+    _fill(replay, streams, adds=6, seed=10)
+    old = replay.state_dict()
+    del old["settings"]["stacked_keys"]  # what an earlier version saved
+    restored = _replay(2, slots=30)
+    restored.load_state_dict(old)
+    batch = restored.read(replay.sample(16, np.random.default_rng(3)).indices)
+    np.testing.assert_array_equal(batch.obs["image"], replay.read(batch.indices).obs["image"])
+    # The same save is no replay of whole images: that layout stores other frames.
+    with pytest.raises(ValueError, match="settings"):
+        _replay(2, slots=30, stacked_keys=[]).load_state_dict(old)
+
+
 def test_a_trajectory_that_does_not_continue_its_stream_is_refused():
     streams, replay = SyntheticStreams(2, seed=11), _replay(2, slots=40)
     replay.add(**streams.trajectory(4))
@@ -438,7 +488,13 @@ def test_the_memory_estimate_is_what_numpy_allocates_for_raw_keys():
 def test_the_memory_estimate_bounds_a_full_replay_of_frames():
     streams = SyntheticStreams(2, seed=13)
     trajectories = [streams.trajectory(8) for _ in range(140)]  # 1,120 steps > 1,024 slots
-    kwargs = dict(capacity=2048, num_streams=2, obs_specs=OBS_SPECS, action_spec=ACTION_SPEC)
+    kwargs = dict(
+        capacity=2048,
+        num_streams=2,
+        obs_specs=OBS_SPECS,
+        action_spec=ACTION_SPEC,
+        stacked_keys=["image"],
+    )
 
     def build() -> ReplayBuffer:
         replay = ReplayBuffer(**kwargs, n_step=3, gamma=0.9, keyframe_interval=4)
@@ -506,6 +562,18 @@ def test_the_background_sampler_holds_the_samples_per_insert_ratio(insert_delay,
     assert limiter.observed_samples_per_insert == pytest.approx(2.0, rel=0.15)
     # What the learner took lags what was sampled by the queue (2) at most, plus one in hand.
     assert 0 <= limiter.samples / 32 - consumed <= 3
+
+
+def test_a_limiter_too_narrow_for_a_whole_batch_is_refused():
+    # error_buffer 1 at ratio 1 allows 2 samples once inserts are held back: batches of 8
+    # could never be drawn, and the inserting side would wait for ever.
+    limiter = SampleToInsertRatio(1.0, min_size_to_sample=10, error_buffer=1.0)
+    with pytest.raises(
+        ValueError, match=r"at least \(batch_size \+ samples_per_insert\) / 2 = 4.5"
+    ):
+        BackgroundSampler(_replay(1, slots=32), limiter, batch_size=8, seed=0)
+    wide = SampleToInsertRatio(1.0, min_size_to_sample=10, error_buffer=4.5)
+    BackgroundSampler(_replay(1, slots=32), wide, batch_size=8, seed=0).close(timeout=2)
 
 
 def test_the_background_sampler_closes_while_waiting_and_reports_its_failure():

@@ -143,6 +143,23 @@ def test_a_replay_beyond_this_machines_memory_is_refused_in_one_line():
     assert "of host memory (" in message and "lower replay_size" in message
 
 
+def test_an_atari_replay_is_priced_as_the_frame_stacks_its_env_makes():
+    cfg = make_config(env="atari_pong", algorithm="dqn", num_workers=1, device="cpu")
+    layout = wiring.trajectory_layout(cfg, env_info(cfg.env), 0)
+    assert layout.frame_stacked_keys == ("obs",)
+    sizes = dict(
+        capacity=cfg.replay_size,
+        num_streams=cfg.worker_num_splits * layout.rows_per_slot,
+        obs_specs=layout.obs_specs,
+        action_spec=layout.action_spec,
+        n_step=cfg.n_step,
+    )
+    stacked = estimate_replay_bytes(**sizes, stacked_keys=["obs"])
+    assert estimate_memory(cfg, layout, (1000, 0), CPU).learner_datasets == stacked
+    # Taken as whole 4 x 84 x 84 images, a frame each, the estimate prices 4x the pixels.
+    assert estimate_replay_bytes(**sizes) > 2 * stacked
+
+
 def test_the_replay_counts_as_the_value_learners_staging():
     cfg = make_config(**{**SMALL, "algorithm": "dqn", "replay_size": 50_000})
     env = env_info(cfg.env)

@@ -56,12 +56,28 @@ def test_munchausen_on_a_distributional_head_is_refused(head):
         f"munchausen applies to the scalar Q head only; got q_head '{head}' "
         "(algorithm 'mdqn'): use q_head scalar or munchausen false"
     )
-    (problem,) = _problems(algorithm="dqn", munchausen=True, q_head=head)
+    (problem,) = _problems(algorithm="dqn", munchausen=True, n_step=1, q_head=head)
     assert "(algorithm 'dqn')" in problem
 
 
 def test_munchausen_on_the_scalar_head_is_fine():
     assert make_config(env="CartPole-v1", algorithm="mdqn").munchausen
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "atari_pong"])
+def test_mdqn_is_one_step_whatever_its_env_family_s_n_step(env):
+    assert make_config(env=env, algorithm="mdqn").n_step == 1
+    assert make_config(env=env, algorithm="dqn").n_step == (3 if env == "CartPole-v1" else 1)
+
+
+def test_munchausen_with_an_n_step_return_is_refused():
+    (problem,) = _problems(algorithm="mdqn", n_step=3)
+    assert problem == (
+        "n_step: munchausen's target is one-step (Vieillard et al. 2020); got n_step 3 "
+        "(algorithm 'mdqn'): use n_step 1 or munchausen false"
+    )
+    (problem,) = _problems(algorithm="dqn", munchausen=True)  # the vector family's 3 steps
+    assert problem.startswith("n_step: munchausen's target is one-step")
 
 
 @pytest.mark.parametrize("head", ["categorical", "quantile", "implicit_quantile", "fqf"])

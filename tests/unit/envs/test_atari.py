@@ -82,6 +82,7 @@ def test_breakout_observations_and_random_steps() -> None:
     assert info.observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
     assert info.action_space == gym.spaces.Discrete(4)
     assert info.frameskip == 4
+    assert info.frame_stacked_keys == ("obs",)  # FrameStackObservation, found in the wrappers
 
     env = make_env("atari_breakout", EnvContext(seed=3))
     obs, _ = env.reset(seed=3)

@@ -133,7 +133,9 @@ def test_env_info_describes_one_env(monkeypatch):
     assert info.observation_space.shape == (4, 84, 84)
     assert info.observation_space.dtype == np.uint8
     assert info.action_space.n == 4 and info.frameskip == 4
+    assert info.frame_stacked_keys == ("obs",)  # a replay stores each of its frames once
     assert registry.env_info(CARTPOLE).observation_space.shape == (4,)
+    assert registry.env_info(CARTPOLE).frame_stacked_keys == ()
 
 
 # --- the one-env view -----------------------------------------------------------------------------

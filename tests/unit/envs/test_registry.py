@@ -444,3 +444,50 @@ def test_episode_statistics_keeps_no_history_of_past_episodes():
         assert set(info["episode"]) == {"r", "l"} and info["episode"]["l"] > 0
         env.reset()
     assert len(env.return_queue) == len(env.length_queue) == 1  # gymnasium keeps 100 by default
+
+
+class _Screen(gym.Env):
+    """An RGB screen of random pixels, channels first."""
+
+    observation_space = gym.spaces.Box(0, 255, (3, 8, 8), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+class _DeclaresItsStack(_Screen):
+    def __init__(self) -> None:
+        self.frame_stacked_keys = ("obs",)
+
+
+def _grey(env: gym.Env) -> gym.Env:
+    space = gym.spaces.Box(0, 255, (8, 8), np.uint8)
+    return gym.wrappers.TransformObservation(env, lambda obs: obs[0], space)
+
+
+@pytest.mark.parametrize(
+    "factory, stacked",
+    [
+        (lambda _: _Screen(), ()),  # channels are not frames
+        (lambda _: gym.wrappers.FrameStackObservation(_grey(_Screen()), 4), ("obs",)),
+        # A wrapper above the stack that changes the observation hides it.
+        (
+            lambda _: gym.wrappers.TransformObservation(
+                gym.wrappers.FrameStackObservation(_grey(_Screen()), 4),
+                lambda obs: obs[:, 1:].copy(),
+                gym.spaces.Box(0, 255, (4, 7, 8), np.uint8),
+            ),
+            (),
+        ),
+        (lambda _: _DeclaresItsStack(), ("obs",)),
+    ],
+    ids=["rgb", "frame_stack", "changed_above_the_stack", "declared"],
+)
+def test_env_info_finds_the_observations_that_are_frame_stacks(factory, stacked) -> None:
+    register_env("screen", factory)
+    assert env_info("screen").frame_stacked_keys == stacked

@@ -81,7 +81,9 @@ def test_a_replay_probe_s_call_stands_for_the_inserts_its_updates_need():
 
 
 def test_every_family_has_a_probe():
-    assert set(registry.PROBES) == set(registry.FAMILIES)
+    probed = set(registry.PROBES) | set(registry.REPLAY_PROBE_LEARNERS)
+    assert probed == set(registry.FAMILIES)
+    assert not set(registry.PROBES) & set(registry.REPLAY_PROBE_LEARNERS)
 
 
 def test_a_replay_filled_with_frame_stacks_stores_one_new_frame_a_step():
@@ -93,6 +95,7 @@ def test_a_replay_filled_with_frame_stacks_stores_one_new_frame_a_step():
         action_spec=action_spec(gym.spaces.Discrete(3)),
         n_step=3,
         gamma=0.99,
+        stacked_keys=["obs"],
     )
     limiter = SampleToInsertRatio(1.0, 1, error_buffer=1e15)
     with BackgroundSampler(replay, limiter, batch_size=8, seed=0) as sampler:
