@@ -29,6 +29,9 @@ CONTINUOUS_TRAINING = dict(
     critic_hidden_sizes=[64, 64],
     batch_renorm_warmup=500,
 )
+# Env steps per run. CrossQ's actor learns once every 3 critic updates (policy_delay 3, TD3's
+# 2): at 2,000 steps its actions stood 0.05-0.16 from the targets (6 runs), at 4,000 within 0.09.
+PROBE_STEPS = {"crossq": 4_000}
 
 
 @pytest.mark.slow
@@ -37,7 +40,12 @@ def test_the_actor_reaches_the_action_each_observation_asks_for(tmp_path, algori
     probe = TargetActionProbe
     name = register_probe_env("probe_target_action", probe)
     model = train_on_probe(
-        name, probe(), str(tmp_path), 2_000, algorithm=algorithm, **CONTINUOUS_TRAINING
+        name,
+        probe(),
+        str(tmp_path),
+        PROBE_STEPS.get(algorithm, 2_000),
+        algorithm=algorithm,
+        **CONTINUOUS_TRAINING,
     )
     model.eval()
     with torch.no_grad():
