@@ -227,10 +227,12 @@ class ReplayBuffer:
         streams: [R] distinct ints in [0, num_streams); obs: key -> [T + 1, R, ...], obs[T]
         the observation after the last step; actions: [T, R, ...]; rewards, dones, valids:
         [T, R]; starts: [R] bool, True where the stream begins afresh (else obs[0] must be
-        the stream's last observation, which is checked). Returns the transitions stored (T R).
+        the stream's last observation, which is checked). Returns the valid transitions
+        stored: what a rate limiter counts as inserts (reset steps and other policies' steps
+        are stored but never sampled, and would inflate the ratio per sampleable transition).
         """
         streams = np.asarray(streams, dtype=np.int64)
-        steps = self._check_trajectory(streams, obs, actions, rewards, dones, valids)
+        self._check_trajectory(streams, obs, actions, rewards, dones, valids)
         starts = np.zeros(len(streams), bool) if starts is None else np.asarray(starts, bool)
         for j, s in enumerate(streams.tolist()):
             self._add_stream(
@@ -240,7 +242,7 @@ class ReplayBuffer:
                 (rewards[:, j], dones[:, j], valids[:, j]),
                 bool(starts[j]),
             )
-        return steps * len(streams)
+        return int(np.count_nonzero(valids > 0))
 
     def _check_trajectory(
         self,

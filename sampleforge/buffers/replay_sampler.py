@@ -84,7 +84,7 @@ class BackgroundSampler:
     def insert(self, *args: object, **kwargs: object) -> int:
         """``ReplayBuffer.add`` now, whatever the limiter allows: for an owner that holds the
         ratio upstream (a learner's sampling gate), so the ratio overshoots by at most what
-        was already on its way. Returns the transitions stored."""
+        was already on its way. Returns the valid transitions stored (``ReplayBuffer.add``)."""
         with self._cond:
             self._raise_if_closed()
             inserted = self.replay.add(*args, **kwargs)  # type: ignore[arg-type]

@@ -564,6 +564,21 @@ def test_the_background_sampler_holds_the_samples_per_insert_ratio(insert_delay,
     assert 0 <= limiter.samples / 32 - consumed <= 3
 
 
+def test_the_limiter_counts_only_the_transitions_a_sample_may_draw():
+    """Reset steps (and, in multi-policy runs, other policies' steps) are stored but never
+    sampled: counted as inserts they would raise the ratio per sampleable transition."""
+    trajectory = SyntheticStreams(2, seed=3, p_end=0.6).trajectory(16)
+    valid = int((trajectory["valids"] > 0).sum())
+    assert valid < 32  # truncations left reset steps
+    limiter = SampleToInsertRatio(1.0, min_size_to_sample=1, error_buffer=64.0)
+    sampler = BackgroundSampler(_replay(2, slots=40), limiter, batch_size=4, seed=0)
+    try:
+        assert sampler.insert(**trajectory) == valid
+        assert limiter.inserts == valid
+    finally:
+        sampler.close(timeout=2)
+
+
 def test_a_limiter_too_narrow_for_a_whole_batch_is_refused():
     # error_buffer 1 at ratio 1 allows 2 samples once inserts are held back: batches of 8
     # could never be drawn, and the inserting side would wait for ever.
