@@ -178,12 +178,19 @@ def _replay_parts(
     return LearnerParts(learner=learner, stager=stager, gate=gate)
 
 
+# replay family name -> the learner that trains on its batches (in runs and in probes)
+REPLAY_LEARNERS: dict[str, ReplayLearnerFactory] = {
+    "value_based": ValueLearner,
+    "continuous_control": ContinuousLearner,
+}
+
+
 def _make_value_based(cfg: Config, site: LearnerSite) -> LearnerParts:
-    return _replay_parts(cfg, site, ValueLearner)
+    return _replay_parts(cfg, site, REPLAY_LEARNERS["value_based"])
 
 
 def _make_continuous_control(cfg: Config, site: LearnerSite) -> LearnerParts:
-    return _replay_parts(cfg, site, ContinuousLearner)
+    return _replay_parts(cfg, site, REPLAY_LEARNERS["continuous_control"])
 
 
 # family name (config/algorithms.py) -> how its parts are built
@@ -331,15 +338,11 @@ def _replay_probe(
     )
 
 
-# family name -> how a stand-alone probe of its learner is built (the fresh-trajectory
-# families) or the learner a replay probe trains (the replay families)
+# fresh-trajectory family name -> how a stand-alone probe of its learner is built (the replay
+# families' probes train REPLAY_LEARNERS)
 PROBES: dict[str, Callable[[Config, gym.Space, gym.Space, torch.device], TrainingProbe]] = {
     "actor_critic": _actor_critic_probe,
     "pqn": _pqn_probe,
-}
-REPLAY_PROBE_LEARNERS: dict[str, ReplayLearnerFactory] = {
-    "value_based": ValueLearner,
-    "continuous_control": ContinuousLearner,
 }
 
 
@@ -354,8 +357,8 @@ def make_training_probe(
     timing its updates; close it after use. `frame_stacked_keys`: the env's (`EnvInfo`), for
     a replay that stores frames as training's does."""
     family = algorithm_family(cfg.algorithm)
-    if family in REPLAY_PROBE_LEARNERS:
-        learner = REPLAY_PROBE_LEARNERS[family]
+    if family in REPLAY_LEARNERS:
+        learner = REPLAY_LEARNERS[family]
         return _replay_probe(
             cfg, observation_space, action_space, device, learner, frame_stacked_keys
         )

@@ -81,9 +81,9 @@ def test_a_replay_probe_s_call_stands_for_the_inserts_its_updates_need():
 
 
 def test_every_family_has_a_probe():
-    probed = set(registry.PROBES) | set(registry.REPLAY_PROBE_LEARNERS)
+    probed = set(registry.PROBES) | set(registry.REPLAY_LEARNERS)
     assert probed == set(registry.FAMILIES)
-    assert not set(registry.PROBES) & set(registry.REPLAY_PROBE_LEARNERS)
+    assert not set(registry.PROBES) & set(registry.REPLAY_LEARNERS)
 
 
 def test_a_replay_filled_with_frame_stacks_stores_one_new_frame_a_step():
