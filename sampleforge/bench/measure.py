@@ -130,8 +130,8 @@ class ComputeCosts:
 
     def learner_limit_fps(self, learners: int, frameskip: int) -> float:
         """What `learners` learner processes alone could take in, each as fast as it was
-        measured (on its own torch threads): the limit of a learner-bound run whose learner
-        cannot spread over the cores the compute limit counts."""
+        measured (on one torch thread): the limit of a learner-bound run whose learner cannot
+        spread over the cores the compute limit counts (one on more threads can pass it)."""
         return learners / self.learner * frameskip if self.learner > 0 else math.inf
 
 

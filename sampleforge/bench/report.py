@@ -5,9 +5,10 @@ JSON keys (stable; scripts read them):
 - `pure_sim_fps`: env frames/s with random actions, one process per core, no model;
 - `compute_limit_fps`: cores / (env step + inference + learner cost per sample) x frameskip;
 - `train_fps`: steady-state env frames/s of the full system after warm-up;
-- `learner_limit_fps`: what the learners alone take in (one per policy, each at its measured
-  cost per sample, min with the compute limit): a learner-bound run's limit when one learner
-  process cannot spread over the cores the compute limit counts (continuous control);
+- `learner_limit_fps`: what the learners alone take in (one per policy, each at its cost per
+  sample measured on one thread, min with the compute limit): a learner-bound run's limit when
+  one learner process cannot spread over the cores the compute limit counts; a learner on more
+  threads can pass it (the continuous family's two);
 - `train_over_pure_sim`, `train_over_compute_limit`, `train_over_learner_limit`: the ratios
   (null when withheld: see
   `load_pure_sim` / `load_costs`, the median number of runnable tasks during the two isolated

@@ -55,15 +55,30 @@ log = logging.getLogger(__name__)
 # libraries, hence set before it starts rather than inside it.
 CHILD_ENVIRONMENT = {"OMP_WAIT_POLICY": "PASSIVE"}
 
+# A child whose threads spin (`ComponentSpec.threads_spin`: a learner that bounds the run and
+# has a core to itself): its OpenMP threads wait up to about 30 ms for the next parallel region
+# before they sleep. A small model's update is hundreds of short regions, and waking a
+# sleeping thread for each cost more than the second thread gave: SAC's update on 2 threads
+# made 40 a second asleep, 110 spinning (docs/design_notes.md). GOMP_SPINCOUNT is GNU
+# OpenMP's (Linux builds of torch), in busy-wait iterations (about 100,000 a millisecond by
+# its own estimate); KMP_BLOCKTIME is LLVM and Intel OpenMP's, in milliseconds.
+SPINNING_CHILD_ENVIRONMENT = {"GOMP_SPINCOUNT": "3000000", "KMP_BLOCKTIME": "30"}
+
+# How OpenMP threads wait: a user who sets any of these keeps their own choice whole (an explicit
+# spin count or block time overrides the wait policy in both runtimes).
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+
 # Variables a library reads once, when it loads. Children forked from the fork server loaded
 # torch (and its OpenMP) there, with the server's values: a child whose values differ is spawned.
 LOAD_TIME_VARIABLE_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_")
 
 
 @contextmanager
-def _child_environment():
-    added = [key for key in CHILD_ENVIRONMENT if key not in os.environ]
-    os.environ.update({key: CHILD_ENVIRONMENT[key] for key in added})
+def _child_environment(threads_spin: bool = False):
+    settings = SPINNING_CHILD_ENVIRONMENT if threads_spin else CHILD_ENVIRONMENT
+    users_own = any(key in os.environ for key in WAIT_VARIABLES)
+    added = [] if users_own else list(settings)
+    os.environ.update({key: settings[key] for key in added})
     try:
         yield
     finally:
@@ -82,6 +97,7 @@ class ComponentSpec:
     torch_threads: int = 1
     kind: str = ""  # "rollout_worker", "inference_worker", "learner", ...: the supervisor's key
     index: int = 0  # which one of its kind (a rollout worker's index)
+    threads_spin: bool = False  # its OpenMP threads spin before they sleep (see above)
 
 
 def spawn_problem() -> str | None:
@@ -139,8 +155,13 @@ class ProcessHost:
         guard = self._guard  # a second Ctrl-C (`kill_all`) may close it meanwhile
         # Deferred: the fork server (if this starts it) and the child choose how to handle
         # SIGINT/SIGTERM before either can reach them.
-        with _child_environment(), signals_deferred():
-            process = self._start_process(spec.name, args)
+        with signals_deferred():
+            # The server starts with every child's usual settings, whichever child comes
+            # first: started for a spinning learner, it would spawn all the others.
+            with _child_environment():
+                server = None if self._fork_server is None else _fork_server_variables()
+            with _child_environment(spec.threads_spin):
+                process = self._start_process(spec.name, args, server)
         self.processes[spec.name] = process
         with self._groups_lock:
             self._ended_groups.discard(process.pid)  # a number reused by the new child
@@ -151,10 +172,11 @@ class ProcessHost:
             )
             self._watcher.start()
 
-    def _start_process(self, name: str, args: tuple) -> Any:
-        """Fork it from the server where that is the same as spawning it, else spawn it."""
+    def _start_process(self, name: str, args: tuple, server: dict[str, str] | None) -> Any:
+        """Fork it from the server (which runs with the load-time variables `server`) where
+        that is the same as spawning it, else spawn it."""
         contexts = [self._spawn]
-        if self._fork_server is not None and _load_time_variables() == _fork_server_variables():
+        if self._fork_server is not None and _load_time_variables() == server:
             contexts.insert(0, self._fork_server)
         for context in contexts:
             process = context.Process(

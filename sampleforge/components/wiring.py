@@ -280,6 +280,8 @@ def _learner_spec(
         ),
         control_queue=endpoints.inbox,
         torch_threads=cfg.learner_torch_threads,
+        # One thread has no parallel regions to wait for; spinning would only cost it a spawn.
+        threads_spin=cfg.learner_threads_spin and cfg.learner_torch_threads > 1,
         kind="learner",
         index=p,
     )

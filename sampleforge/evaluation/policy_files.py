@@ -62,6 +62,7 @@ MACHINE_LOCAL_SETTINGS = (
     "learner_torch_threads",
     "learner_precision",
     "learner_bootstrap_thread",
+    "learner_threads_spin",
     "worker_cpu_affinity",
     # how many machines, and how they met (a model trained under torchrun loads anywhere)
     "distributed",

@@ -76,6 +76,19 @@ def test_every_component_has_a_spec_of_its_kind_and_index(cartpole):
     }
 
 
+@pytest.mark.parametrize(
+    "spin, threads, spinning",
+    [(False, 2, set()), (True, 2, {"learner_p0"}), (True, 1, set())],
+)
+def test_only_a_learner_with_threads_to_wait_for_spins(tmp_path, spin, threads, spinning):
+    """`learner_threads_spin` reaches the learner's spec when it has more than one thread,
+    and no other component's: envs and inference keep threads that sleep at once."""
+    _, _, _, wiring = _wire(
+        tmp_path, env="CartPole-v1", learner_threads_spin=spin, learner_torch_threads=threads
+    )
+    assert {spec.name for spec in wiring.specs if spec.threads_spin} == spinning
+
+
 def test_every_spec_builds_with_its_kwargs(population, tmp_path):
     """Each spec's kwargs fit its component's constructor (a spawned process would find out
     only when it starts)."""

@@ -9,7 +9,12 @@ from multiprocessing import forkserver
 
 import pytest
 
-from sampleforge.comms.hosts import CHILD_ENVIRONMENT, ComponentSpec, ProcessHost
+from sampleforge.comms.hosts import (
+    CHILD_ENVIRONMENT,
+    SPINNING_CHILD_ENVIRONMENT,
+    ComponentSpec,
+    ProcessHost,
+)
 from sampleforge.comms.queues import make_queue
 from sampleforge.testing.processes import gone_within, is_alive
 
@@ -31,13 +36,16 @@ class _ReportEnvironment:
         pass
 
 
-def _child_sees(keys, say=""):
+def _child_sees(keys, say="", threads_spin=False):
     """Start the probe; returns what it saw and whether it was forked from the fork server
     (else it was spawned, as our own child)."""
     reports, out = make_queue(), make_queue()
     host = ProcessHost(reports)
     kwargs = {"keys": keys, "out": out, "say": say}
-    host.start(ComponentSpec("probe", _ReportEnvironment, kwargs, control_queue=make_queue()))
+    spec = ComponentSpec(
+        "probe", _ReportEnvironment, kwargs, control_queue=make_queue(), threads_spin=threads_spin
+    )
+    host.start(spec)
     try:
         seen = out.get(timeout=60)
     finally:
@@ -69,12 +77,75 @@ def test_children_start_with_openmp_threads_that_sleep_instead_of_spinning(monke
 
 
 @pytest.mark.timeout(120)
+def test_a_spinning_child_s_threads_wait_before_they_sleep(fork_server, monkeypatch):
+    keys = ["OMP_WAIT_POLICY", *SPINNING_CHILD_ENVIRONMENT]
+    for key in keys:
+        monkeypatch.delenv(key, raising=False)
+    seen, forked = _child_sees(keys, threads_spin=True)
+    assert seen == {"OMP_WAIT_POLICY": None, **SPINNING_CHILD_ENVIRONMENT}
+    # Its OpenMP reads them as it loads: the fork server loaded it with the sleeping ones.
+    assert not forked
+    assert all(key not in os.environ for key in keys)
+    assert _child_sees(keys)[0] == {key: None for key in SPINNING_CHILD_ENVIRONMENT} | {
+        "OMP_WAIT_POLICY": "PASSIVE"
+    }
+
+
+# A fresh program whose first child spins: which of its children forked from the fork server.
+_SPINNING_FIRST = """
+import os, sys
+from multiprocessing import forkserver
+from sampleforge.comms.hosts import ComponentSpec, ProcessHost
+from sampleforge.comms.queues import make_queue
+
+class Report:
+    def __init__(self, out):
+        self.name, self.running = "probe", True
+        out.put((os.getppid(), os.environ.get("OMP_WAIT_POLICY")))
+    def poll(self, timeout):
+        self.running = False
+    def close(self):
+        pass
+
+if __name__ == "__main__":
+    for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
+        os.environ.pop(key, None)
+    for spin in (True, False):
+        host, out = ProcessHost(make_queue()), make_queue()
+        host.start(ComponentSpec("probe", Report, {"out": out}, make_queue(), threads_spin=spin))
+        parent, policy = out.get(timeout=60)
+        assert host.join_all(30) == []
+        print("child:", spin, parent == forkserver._forkserver._forkserver_pid, policy)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
+@pytest.mark.timeout(180)
+def test_a_spinning_first_child_does_not_start_the_fork_server_with_its_settings(tmp_path):
+    script = tmp_path / "spinning_first.py"
+    script.write_text(_SPINNING_FIRST)
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=150
+    )
+    assert result.returncode == 0, result.stderr
+    # Spawned with its own settings; then the sleeping child forks from the server.
+    children = [line for line in result.stdout.splitlines() if line.startswith("child: ")]
+    assert children == ["child: True False None", "child: False True PASSIVE"]
+
+
+@pytest.mark.timeout(120)
 def test_a_users_own_setting_wins(fork_server, monkeypatch):
     # The server first, with this process's own settings: started under ACTIVE, it would spawn
     # every later test's children (their settings would differ from its).
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
     assert _child_sees(["OMP_WAIT_POLICY"])[0] == {"OMP_WAIT_POLICY": "ACTIVE"}
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    # Also for a spinning child: an explicit spin count would override the user's policy.
+    keys = ["OMP_WAIT_POLICY", *SPINNING_CHILD_ENVIRONMENT]
+    for key in SPINNING_CHILD_ENVIRONMENT:
+        monkeypatch.delenv(key, raising=False)
+    seen = _child_sees(keys, threads_spin=True)[0]
+    assert seen == {"OMP_WAIT_POLICY": "ACTIVE"} | {key: None for key in SPINNING_CHILD_ENVIRONMENT}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a fork server on Linux only")
