@@ -223,12 +223,11 @@ CONTINUOUS_FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
     # recipe (batches of 256 at one update per transition, a 1M replay, tau 0.005, 256 x 256
     # ReLU MLPs, the critics at lr 1e-3 and the actor at 3e-4, no gradient clipping, raw
     # rewards) with the first 5K steps random, on one rollout worker's 4 envs (2 splits of 2).
-    # The learner bounds these runs and the actors use under a tenth of a core, so it takes two
-    # threads that spin between parallel regions: SAC on HalfCheetah-v5 on 2 cores, 110 updates
-    # a second against 88 on one thread (docs/off_policy.md).
+    # One learner thread: on a machine of its own, two that spin (`--learner_torch_threads 2
+    # --learner_threads_spin true`) train SAC 1.25x faster, but beside any other busy process
+    # they wait on each other at every parallel region (13 updates a second beside a test run,
+    # against 110 alone; docs/off_policy.md).
     "continuous": {
-        "learner_torch_threads": 2,
-        "learner_threads_spin": True,
         "num_workers": 1,
         "num_envs_per_worker": 4,
         "worker_num_splits": 2,

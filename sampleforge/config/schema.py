@@ -360,10 +360,11 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
         False,
         "The learner's torch threads wait up to about 30 ms for the next parallel region "
         "before they sleep, instead of sleeping at once. Pays with learner_torch_threads "
-        "above 1 where the learner bounds the run and the actors leave it a core (small "
-        "models, whose update is many short parallel regions: SAC on 2 cores made 111 updates "
-        "a second with it, 40 without; 88 on one thread); false leaves the cores to envs and inference the "
-        "moment the learner is done with them.",
+        "above 1 on a machine the run has to itself, where the learner bounds it and the "
+        "actors leave it a core (small models, whose update is many short parallel regions: "
+        "SAC on 2 cores made 110 updates a second with 2 threads and this, 40 without, 88 on "
+        "one thread). Beside other busy processes the threads wait on each other at every "
+        "region (13 a second beside a test run): use one thread there.",
         "learner",
     )
     reward_scale: float = option(

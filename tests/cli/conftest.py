@@ -105,7 +105,6 @@ def sac_experiment(tmp_path_factory) -> Path:
         "batch_size": "64",
         "mlp_hidden_sizes": "32,32",
         "normalize_obs": "true",
-        "learner_torch_threads": "1",  # not the recipe's 2: the suite's workers share 2 cores
         "eval_every_env_steps": "1500",
         "eval_episodes": "2",
         "report_every_sec": "60",

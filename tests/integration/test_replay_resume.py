@@ -15,11 +15,7 @@ from sampleforge.config import make_config
 _RUNS = {
     "dqn": dict(env="CartPole-v1"),
     "sac": dict(
-        env="Pendulum-v1",
-        random_action_steps=500,
-        batch_size=32,
-        mlp_hidden_sizes=[32, 32],
-        learner_torch_threads=1,  # not the recipe's 2: the suite's two workers share 2 cores
+        env="Pendulum-v1", random_action_steps=500, batch_size=32, mlp_hidden_sizes=[32, 32]
     ),
 }
 

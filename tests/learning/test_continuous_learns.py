@@ -29,8 +29,6 @@ def test_pendulum_reaches_minus_200_within_20k_steps(tmp_path, algorithm):
         samples_per_insert=128.0,  # one update per transition, as the recipe
         learning_starts=1_000,
         random_action_steps=1_000,
-        # One learner thread, not the recipe's two: the suite's two test workers share 2 cores.
-        learner_torch_threads=1,
         eval_every_env_steps=2_000,
         eval_episodes=10,
         stop_on="evaluation",
