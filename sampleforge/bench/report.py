@@ -8,7 +8,7 @@ JSON keys (stable; scripts read them):
 - `learner_limit_fps`: what the learners alone take in (one per policy, each at its cost per
   sample measured on one thread, min with the compute limit): a learner-bound run's limit when
   one learner process cannot spread over the cores the compute limit counts; a learner on more
-  threads can pass it (the continuous family's two);
+  threads can pass it (`learner_threads_spin`);
 - `train_over_pure_sim`, `train_over_compute_limit`, `train_over_learner_limit`: the ratios
   (null when withheld: see
   `load_pure_sim` / `load_costs`, the median number of runnable tasks during the two isolated

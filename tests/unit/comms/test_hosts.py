@@ -95,7 +95,7 @@ def test_a_spinning_child_s_threads_wait_before_they_sleep(fork_server, monkeypa
 _SPINNING_FIRST = """
 import os, sys
 from multiprocessing import forkserver
-from sampleforge.comms.hosts import ComponentSpec, ProcessHost
+from sampleforge.comms.hosts import WAIT_VARIABLES, ComponentSpec, ProcessHost
 from sampleforge.comms.queues import make_queue
 
 class Report:
@@ -108,7 +108,7 @@ class Report:
         pass
 
 if __name__ == "__main__":
-    for key in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME"):
+    for key in WAIT_VARIABLES:
         os.environ.pop(key, None)
     for spin in (True, False):
         host, out = ProcessHost(make_queue()), make_queue()
