@@ -68,6 +68,7 @@ from sampleforge.distributed.learner_group import LearnerGroup, peer_errors
 from sampleforge.distributed.rounds import RankRow, decide
 from sampleforge.distributed.torchrun_rank import TorchrunRank
 from sampleforge.learners.registry import LearnerSite, make_learner_parts
+from sampleforge.learners.thread_count_tuner import TRIAL_EVERY_SECONDS, ThreadCountTuner
 from sampleforge.telemetry.bottleneck import LEAD_AT_CAP
 
 log = logging.getLogger(__name__)
@@ -134,6 +135,7 @@ class LearnerWorker:
         )
         self.learner, self.stager, self.gate = parts.learner, parts.stager, parts.gate
         self.sizer = parts.sizer
+        self.tuner = self._thread_count_tuner(rank)
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
         resumed_from, note = self._resume() if resume else (None, None)
         self.group = None if rank is None else self._join(rank, device)
@@ -154,6 +156,7 @@ class LearnerWorker:
             ],
         )
         self._train_seconds = 0.0
+        self._work_per_step: tuple | None = None  # what the tuner's steps a second measure
         self._arrived: deque[TrajectoryReady] = deque()
         self._reported_env_steps = self.learner.env_steps
         self._trained = False  # since this process started
@@ -166,6 +169,22 @@ class LearnerWorker:
         self._synced_env_steps = self.learner.env_steps
         self._last_dataset: Any = None  # with sync_fraction < 1: the last dataset trained on
         self._rounds_followed = 0  # rounds this rank took part in without data
+
+    def _thread_count_tuner(self, rank: TorchrunRank | None) -> ThreadCountTuner | None:
+        """With learner_threads_adaptive: the tuner of this process's torch threads. Not in
+        data-parallel runs (rounds pace every rank by the slowest: no rank could time its own)
+        nor in serial mode (the components share the caller's thread count)."""
+        cfg = self.cfg
+        if not cfg.learner_threads_adaptive or cfg.learner_torch_threads < 2:
+            return None
+        if rank is not None or cfg.serial_mode:
+            return None
+        # Learners of several policies start together: offset their trials so that no two
+        # keep measuring each other's.
+        every = TRIAL_EVERY_SECONDS + 11.0 * self.policy_id
+        return ThreadCountTuner(
+            cfg.learner_torch_threads, name=self.name, trial_every_seconds=every
+        )
 
     def _join(self, rank: TorchrunRank, device: torch.device) -> LearnerGroup:
         """Join the policy's learner group and continue from rank 0's state (its checkpoint,
@@ -290,10 +309,13 @@ class LearnerWorker:
             self._check_hand_over(msg)
         elif isinstance(msg, SaveCheckpoint):
             self._save(msg)
+            self._not_training()
         elif isinstance(msg, LoadWeights):
             self._load_incoming_weights(msg.version)
+            self._not_training()
         elif isinstance(msg, CopyPolicy):
             self._copy_policy(msg.source_policy)
+            self._not_training()
         elif isinstance(msg, SetHyperparameters):
             self.learner.set_hyperparameters(msg.values)
         elif isinstance(msg, PublishSnapshot):
@@ -307,6 +329,8 @@ class LearnerWorker:
         elif isinstance(msg, (Pause, Resume)):
             self.paused = isinstance(msg, Pause)
             self._resumed_once |= not self.paused
+            if self.paused:
+                self._not_training()
         else:
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
 
@@ -359,6 +383,8 @@ class LearnerWorker:
             stats["learner/dataset_size"] = float(trajectories * self.cfg.rollout)
         # The dataset just trained on may have ended the early epochs.
         self.gate.set_sgd_steps_per_dataset(self.learner.sgd_steps_per_dataset)
+        if self.tuner is not None:
+            self._check_work_per_step(stats)
         self._gate_sampling()
         self._train_seconds += busy
         stats["perf/learner_train_sec"] = self._train_seconds
@@ -383,6 +409,22 @@ class LearnerWorker:
             ],
         )
 
+    def _check_work_per_step(self, stats: dict[str, float]) -> None:
+        assert self.tuner is not None
+        # Work per SGD step that changed (the early epochs ended, datasets doubled) would
+        # change the steps a second with any thread count: measure afresh.
+        work = (self.learner.sgd_steps_per_dataset, stats.get("learner/dataset_size"))
+        if work != self._work_per_step:
+            if self._work_per_step is not None:
+                self.tuner.interrupted()
+            self._work_per_step = work
+        stats.update(self.tuner.report())
+
+    def _not_training(self) -> None:
+        """Time that is not training passed, or will (see ThreadCountTuner.interrupted)."""
+        if self.tuner is not None:
+            self.tuner.interrupted()
+
     def _report_staged_steps(self) -> None:
         """The env steps staged while there is too little data to train (a replay filling up to
         `learning_starts`); a training report carries them from then on."""
@@ -406,6 +448,8 @@ class LearnerWorker:
         self._publish()
         self.gate.sgd_step_done()
         self._gate_sampling()
+        if self.tuner is not None:  # between SGD steps: no parallel region is running
+            self.tuner.trained(1)
 
     def _stage_arrivals(self) -> None:
         """Between SGD steps: stage what arrived; keep commands for after the dataset."""

@@ -367,6 +367,16 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
         "region (13 a second beside a test run): use one thread there.",
         "learner",
     )
+    learner_threads_adaptive: bool = option(
+        False,
+        "With learner_torch_threads above 1: time the learner's SGD steps a second (waits "
+        "included) on one thread against learner_torch_threads, a few seconds each, one to "
+        "four minutes apart, and keep the faster. Bounds what learner_threads_spin loses "
+        "beside other busy processes (where two spinning threads are slower than one) to a "
+        "trial's length; the count in use is reported as perf/learner_threads. Not with "
+        "learner_bootstrap_thread; ignored in serial mode and data-parallel runs.",
+        "learner",
+    )
     reward_scale: float = option(
         0.1,
         "Rewards are multiplied by this before learning (keeps value targets near unit scale).",

@@ -462,6 +462,14 @@ def _algorithm_problems(cfg: Config) -> list[str]:
             f"pass to run beside its update; use false (true applies to "
             f"{', '.join(a for f in REPLAY_FAMILIES for a in family_algorithms(f))})"
         )
+    if cfg.learner_bootstrap_thread and cfg.learner_threads_adaptive:
+        # torch fixes each thread's count at its first parallel op: the tuner's count would
+        # reach the learner's main thread and never the bootstrap thread.
+        problems.append(
+            "learner_threads_adaptive true cannot be combined with learner_bootstrap_thread "
+            "true (the bootstrap thread's torch threads would not follow the tuner): set one "
+            "of them false"
+        )
     if cfg.munchausen and cfg.q_head != "scalar":
         problems.append(
             f"munchausen applies to the scalar Q head only; got q_head {cfg.q_head!r} "

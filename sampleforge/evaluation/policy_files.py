@@ -63,6 +63,7 @@ MACHINE_LOCAL_SETTINGS = (
     "learner_precision",
     "learner_bootstrap_thread",
     "learner_threads_spin",
+    "learner_threads_adaptive",
     "worker_cpu_affinity",
     # how many machines, and how they met (a model trained under torchrun loads anywhere)
     "distributed",

@@ -263,3 +263,37 @@ def test_a_check_of_an_earlier_hand_over_of_the_slot_is_ignored(learner):
     learner.run([Resume(), stale])
     assert receive(learner.free, 0.1) == []
     assert learner.ledger.slots_in_flight(0) == 1  # still this hand-over's, still awaited
+
+
+@pytest.mark.parametrize(
+    "settings, tuned",
+    [
+        ({"learner_torch_threads": 2, "learner_threads_adaptive": True}, True),
+        ({"learner_torch_threads": 2, "learner_threads_adaptive": False}, False),
+        ({"learner_torch_threads": 1, "learner_threads_adaptive": True}, False),
+        # the inline components share the caller's thread count
+        (
+            {"learner_torch_threads": 2, "learner_threads_adaptive": True, "serial_mode": True},
+            False,
+        ),
+    ],
+)
+def test_an_adaptive_learner_with_threads_to_choose_from_tells_its_tuner_what_it_trained(
+    tmp_path, settings, tuned
+):
+    learner = Neighbours(tmp_path, **settings)
+    tuner = learner.worker.tuner
+    assert (tuner is not None) == tuned
+    if not tuned:
+        return
+    seen, interruptions = [], []
+    tuner.trained, tuner.interrupted = seen.append, lambda: interruptions.append(True)
+    receive(learner.reports, 0.1)
+    reports = learner.run([Resume(), *learner.a_dataset()])
+    (training,) = [r for r in reports if isinstance(r, TrainingReport)]
+    assert seen == [1] * (learner.cfg.num_epochs * learner.cfg.num_batches_per_epoch)
+    assert training.stats["perf/learner_threads"] == 2.0
+    learner.run([SaveCheckpoint(final=False, mean_return=None)])
+    assert interruptions == [True]  # a checkpoint's time is not training
+    learner.run([Pause()])
+    assert interruptions == [True, True]

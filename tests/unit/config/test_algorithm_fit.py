@@ -148,3 +148,17 @@ def test_the_bootstrap_thread_is_fine_for_the_replay_families(algorithm):
     env = "Pendulum-v1" if algorithm in ("sac", "crossq") else "CartPole-v1"
     cfg = make_config(env=env, algorithm=algorithm, learner_bootstrap_thread=True)
     assert cfg.learner_bootstrap_thread
+
+
+def test_the_bootstrap_thread_and_adaptive_learner_threads_are_refused_together():
+    with pytest.raises(ConfigError) as caught:
+        make_config(
+            env="Pendulum-v1",
+            algorithm="sac",
+            learner_bootstrap_thread=True,
+            learner_threads_adaptive=True,
+        )
+    (problem,) = caught.value.problems
+    assert problem.startswith(
+        "learner_threads_adaptive true cannot be combined with learner_bootstrap_thread true"
+    )
