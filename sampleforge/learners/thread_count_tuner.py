@@ -69,8 +69,8 @@ class ThreadCountTuner:
     # The count a trial is measured against, and its rate; None outside a trial.
     _kept: int | None = field(init=False, default=None)
     _kept_rate: float = field(init=False, default=0.0)
-    # Until when steps are not counted (None: not settling), and whether the window that
-    # follows is measured (False: it only settles, after a start or an interruption).
+    # Until when steps are not counted (None: not settling), and whether the next window only
+    # settles (True after a start or an interruption) instead of being measured.
     _settle_until: float | None = field(init=False, default=None)
     _settling_window: bool = field(init=False, default=True)
     _window_start: float | None = field(init=False, default=None)
@@ -163,6 +163,6 @@ class ThreadCountTuner:
             )
             self.threads = kept
             self.set_threads(kept)
+            self._settle_until = now + self.settle_seconds  # the switch back settles too
             self._backoff = min(2 * self._backoff, MAX_BACKOFF)
         self._next_trial = now + self._backoff * self.trial_every_seconds
-        self._settle_until = now + self.settle_seconds
