@@ -22,10 +22,12 @@ creates (`--peer_venv`), one run after the other on the same machine; it is neve
 of sampleforge. With `--peer cleanrl` (PQN), CleanRL's `pqn.py` does, unchanged, with its own
 settings (`benchmarks/cleanrl_peer.py`).
 
-Writes `<out>/<algorithm>_<env>.csv` (system, seed, env_steps, wall_seconds, eval_mean) and a
-PNG of both curves, and prints, per system, the median env steps and wall time to the first
+Writes `<out>/<algorithm>_<env>.csv` (system, seed, env_steps, wall_seconds, eval_mean), again
+after each of sampleforge's evaluations so that a killed run leaves what it measured, and a PNG
+of both curves, and prints, per system, the median env steps and wall time to the first
 evaluation at or above `--target` (default: the env's reward threshold) and the final and best
-evaluations.
+evaluations. Ctrl-C or SIGTERM ends the run at once and still writes the CSV, the report and
+the plot of the evaluations made so far.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 from cleanrl_peer import run_cleanrl_pqn
@@ -151,10 +153,17 @@ model.learn(job["steps"], callback=Evaluate())
 """
 
 
-def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[dict]:
-    """One seed of sampleforge: [{env_steps, wall_seconds, eval_mean}] per evaluation."""
+def ours(
+    algorithm: str,
+    env: str,
+    seed: int,
+    args: argparse.Namespace,
+    rows: list[dict],
+    evaluated: Callable[[], None] = lambda: None,
+) -> None:
+    """One seed of sampleforge: appends {env_steps, wall_seconds, eval_mean} to `rows` per
+    evaluation, and calls `evaluated` after each (rows gathered stay there on an interrupt)."""
     cls = {c.algorithm: c for c in _api_classes()}[algorithm]
-    rows = []
     with tempfile.TemporaryDirectory() as train_dir:
         # This script evaluates between chunks itself: no evaluation worker beside training.
         settings = {"eval_every_env_steps": None, "stop_on": "training", **_settings(args.set)}
@@ -171,9 +180,9 @@ def ours(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[
                 rows.append({"env_steps": model.env_steps, "wall_seconds": wall, "eval_mean": mean})
                 print(f"  sampleforge seed {seed}: {model.env_steps:>8,} steps "
                       f"{wall:7.1f} s  deterministic {mean:8.2f}", flush=True)  # fmt: skip
+                evaluated()
                 if args.stop_at_target and mean >= args.target:
                     break
-    return rows
 
 
 def peer(algorithm: str, env: str, seed: int, args: argparse.Namespace) -> list[dict]:
@@ -313,18 +322,31 @@ def main() -> None:
         sys.exit("--peer cleanrl: runs CleanRL's pqn.py, for --algorithm pqn with --cleanrl_script")
     if args.target is None:
         args.target = _TARGETS.get(args.env, gym.spec(args.env).reward_threshold)
-    target = args.target
-    assert target is not None, f"{args.env} has no reward threshold: give --target"
+    assert args.target is not None, f"{args.env} has no reward threshold: give --target"
+    _settings(args.set)  # a malformed --set fails here, not as an interrupt inside a run
     peer_name = {"none": None, "sb3": "sb3 (RL Zoo)", "cleanrl": "cleanrl pqn.py"}[args.peer]
     runs: dict[str, dict[int, list[dict]]] = {"sampleforge": {}}
-    for seed in args.seeds:
-        runs["sampleforge"][seed] = ours(args.algorithm, args.env, seed, args)
-        if peer_name is not None:
-            runs.setdefault(peer_name, {})[seed] = _peer_run(seed, args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{args.algorithm}_{args.env}"
-    with open(out / f"{stem}.csv", "w", newline="") as f:
+    try:
+        for seed in args.seeds:
+            rows = runs["sampleforge"].setdefault(seed, [])
+            ours(args.algorithm, args.env, seed, args, rows, lambda: write_csv(runs, out, stem))
+            if peer_name is not None:
+                runs.setdefault(peer_name, {})[seed] = _peer_run(seed, args)
+    except (SystemExit, KeyboardInterrupt):  # Ctrl-C or SIGTERM: keep what was measured
+        if any(rows for by_seed in runs.values() for rows in by_seed.values()):
+            print("interrupted: the evaluations made so far", flush=True)
+            write_results(runs, args, out, stem)
+        raise
+    write_results(runs, args, out, stem)
+
+
+def write_csv(runs: dict[str, dict[int, list[dict]]], out: Path, stem: str) -> None:
+    """All evaluations so far, to `<out>/<stem>.csv` (replaced whole, never half-written)."""
+    part = out / f"{stem}.csv.part"
+    with open(part, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["system", "seed", "env_steps", "wall_seconds", "eval_mean"])
         for system, by_seed in runs.items():
@@ -333,13 +355,21 @@ def main() -> None:
                     writer.writerow(
                         [system, seed, r["env_steps"], r["wall_seconds"], r["eval_mean"]]
                     )
-    report(runs, target)
+    part.replace(out / f"{stem}.csv")
+
+
+def write_results(
+    runs: dict[str, dict[int, list[dict]]], args: argparse.Namespace, out: Path, stem: str
+) -> None:
+    """The CSV, the printed report and the plot."""
+    write_csv(runs, out, stem)
+    report(runs, args.target)
     zoo = _ZOO_SCORES.get((args.algorithm, args.env))
     if zoo is not None:
         print(
             f"RL Zoo's published score: {zoo:g} at {_ZOO[(args.algorithm, args.env)]['n_timesteps']:,} steps"
         )
-    plot(runs, target, f"{args.algorithm} on {args.env} (deterministic, {args.eval_episodes} episodes)",
+    plot(runs, args.target, f"{args.algorithm} on {args.env} (deterministic, {args.eval_episodes} episodes)",
          out / f"{stem}.png")  # fmt: skip
 
 
