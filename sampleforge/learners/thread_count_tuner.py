@@ -12,10 +12,14 @@ families) or a sampling gate (on-policy ones) the learner's pace is tied to the 
 this one number sees both what a thread count does to the update and what a second busy thread
 takes from the actors when they share its cores.
 
-A trial: the rate over the last `window_seconds` on the current count; then the other count,
-`settle_seconds` ignored (threads waking, caches) and the rate over the next window (each
-rounded up to whole SGD steps); the trial count is kept if it was faster by more than `margin`,
-and the previous one restored otherwise. The first trial comes after the first window that
+A trial is A-B-A: the rate over the last `window_seconds` on the current count (A); then the
+other count (B), `settle_seconds` ignored (threads waking, caches) and the rate over the next
+window; then A again, settled and measured the same way (windows rounded up to whole SGD steps).
+B is chosen if it was faster than the mean of A's two windows by more than `margin`. Averaging
+the windows on either side cancels a load that rises or falls steadily through the trial, which
+would otherwise favour whichever count was measured when the machine was quieter; and a trial
+that B loses costs no more than one that did not measure A again, since the learner goes back
+to A either way. The first trial comes after the first window that
 follows a settling one (a learner's first steps are slower than its later ones); the next
 `trial_every_seconds` after it, and each trial that confirms the count doubles that wait (up to
 `MAX_BACKOFF` times), so a machine where one count always wins pays for few trials. Anything
@@ -66,9 +70,11 @@ class ThreadCountTuner:
     margin: float = MARGIN
     threads: int = field(init=False)  # the count the learner runs on now
     trials: int = field(init=False, default=0)
-    # The count a trial is measured against, and its rate; None outside a trial.
+    # The count a trial is measured against (None outside a trial), its rate before the trial,
+    # and the other count's rate once measured (then the kept count is measured again).
     _kept: int | None = field(init=False, default=None)
     _kept_rate: float = field(init=False, default=0.0)
+    _trial_rate: float | None = field(init=False, default=None)
     # Until when steps are not counted (None: not settling), and whether the next window only
     # settles (True after a start or an interruption) instead of being measured.
     _settle_until: float | None = field(init=False, default=None)
@@ -107,8 +113,10 @@ class ThreadCountTuner:
         self._start_window(now)
         if self._settling_window:
             self._settling_window = False
-        elif self._kept is not None:
+        elif self._trial_rate is not None:
             self._decide(rate, now)
+        elif self._kept is not None:
+            self._measure_kept_again(rate, now)
         elif now >= self._next_trial:
             self._try_other(rate, now)
 
@@ -116,8 +124,9 @@ class ThreadCountTuner:
         """Time passed that was not training (a pause, a checkpoint, other work per SGD step):
         a trial in progress ends unjudged, and the next window only settles."""
         if self._kept is not None:
-            self.threads, self._kept = self._kept, None
-            self.set_threads(self.threads)
+            if self.threads != self._kept:
+                self._switch(self._kept)
+            self._kept, self._trial_rate = None, None
         self._window_start, self._settle_until = None, None
         self._settling_window = True
 
@@ -131,26 +140,48 @@ class ThreadCountTuner:
     def _start_window(self, now: float) -> None:
         self._window_start, self._window_steps = now, 0
 
-    def _try_other(self, rate: float, now: float) -> None:
-        self._kept, self._kept_rate = self.threads, rate
-        self.threads = 1 if self.threads == self.most else self.most
-        self.set_threads(self.threads)
-        self.trials += 1
+    def _switch(self, threads: int) -> None:
+        self.threads = threads
+        self.set_threads(threads)
+
+    def _settle(self, now: float) -> None:
         self._settle_until = now + self.settle_seconds
 
-    def _decide(self, trial_rate: float, now: float) -> None:
-        kept, kept_rate = self._kept, self._kept_rate
-        assert kept is not None
-        self._kept = None
+    def _other(self, threads: int) -> int:
+        return 1 if threads == self.most else self.most
+
+    def _try_other(self, rate: float, now: float) -> None:
+        """A's first window has ended: measure B."""
+        self._kept, self._kept_rate = self.threads, rate
+        self._switch(self._other(self.threads))
+        self.trials += 1
+        self._settle(now)
+
+    def _measure_kept_again(self, trial_rate: float, now: float) -> None:
+        """B's window has ended: back to A for its second window."""
+        assert self._kept is not None
+        self._trial_rate = trial_rate
+        self._switch(self._kept)
+        self._settle(now)
+
+    def _decide(self, kept_rate_after: float, now: float) -> None:
+        """A's second window has ended: B if it beat A's mean by the margin."""
+        kept, trial_rate = self._kept, self._trial_rate
+        assert kept is not None and trial_rate is not None
+        kept_rate = (self._kept_rate + kept_rate_after) / 2.0
+        self._kept, self._trial_rate = None, None
+        trial = self._other(kept)
         if trial_rate > kept_rate * (1.0 + self.margin):
             log.info(
                 "%s: %d torch thread(s) now (%.1f SGD steps/s against %.1f on %d)",
                 self.name,
-                self.threads,
+                trial,
                 trial_rate,
                 kept_rate,
                 kept,
             )
+            self._switch(trial)
+            self._settle(now)
             self._backoff = 1
         else:
             log.debug(
@@ -159,10 +190,7 @@ class ThreadCountTuner:
                 kept,
                 kept_rate,
                 trial_rate,
-                self.threads,
+                trial,
             )
-            self.threads = kept
-            self.set_threads(kept)
-            self._settle_until = now + self.settle_seconds  # the switch back settles too
             self._backoff = min(2 * self._backoff, MAX_BACKOFF)
         self._next_trial = now + self._backoff * self.trial_every_seconds

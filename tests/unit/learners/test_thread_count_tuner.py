@@ -75,8 +75,9 @@ def test_on_a_quiet_machine_the_faster_two_threads_stay_and_trials_back_off():
 def test_beside_a_busy_process_one_thread_is_chosen_within_the_first_trial():
     machine = Machine(busy)
     tuner = machine.tuner()
-    machine.train(tuner, 20.0)
+    machine.train(tuner, 30.0)
     assert tuner.chosen == 1 and machine.threads == 1
+    assert [threads for _, threads in machine.switches] == [1, 2, 1]  # A-B-A, then B
     assert tuner.report()["perf/learner_threads"] == 1.0
     assert machine.share_on_one_thread(tuner, 300.0) > 0.9  # trials of two cost little
 
@@ -99,6 +100,17 @@ def test_a_trial_faster_by_less_than_the_margin_is_not_kept():
     machine.train(tuner, 300.0)
     assert tuner.trials >= 2
     assert [threads for _, threads in machine.switches] == [1, 2] * tuner.trials
+
+
+def test_a_load_that_eases_through_a_trial_does_not_favour_the_count_measured_later():
+    """Two threads are 3% faster throughout, while the machine gets 2% faster a second (another
+    process winding down): against the window before it alone, one thread measured later
+    would look 7% faster and win; against the mean of the windows either side it does not."""
+    machine = Machine(lambda now, threads: {1: 97.0, 2: 100.0}[threads] * (1.0 + 0.02 * now))
+    tuner = machine.tuner()
+    machine.train(tuner, 25.0)
+    assert tuner.trials == 1 and tuner.chosen == 2 and machine.threads == 2
+    assert [threads for _, threads in machine.switches] == [1, 2]
 
 
 def test_a_switch_is_not_judged_on_its_first_moments():
