@@ -19,8 +19,7 @@ B is chosen if it was faster than the mean of A's two windows by more than `marg
 the windows on either side cancels a load that rises or falls steadily through the trial, which
 would otherwise favour whichever count was measured when the machine was quieter; and a trial
 that B loses costs no more than one that did not measure A again, since the learner goes back
-to A either way. The first trial comes after the first window that
-follows a settling one (a learner's first steps are slower than its later ones); the next
+to A either way. The first trial comes after the first window that follows a settling one (a learner's first steps are slower than its later ones); the next
 `trial_every_seconds` after it, and each trial that confirms the count doubles that wait (up to
 `MAX_BACKOFF` times), so a machine where one count always wins pays for few trials. Anything
 that is not training between two datasets (a pause, a checkpoint, a change in the work per SGD
@@ -125,7 +124,7 @@ class ThreadCountTuner:
         a trial in progress ends unjudged, and the next window only settles."""
         if self._kept is not None:
             if self.threads != self._kept:
-                self._switch(self._kept)
+                self._switch(self._kept, self.clock())
             self._kept, self._trial_rate = None, None
         self._window_start, self._settle_until = None, None
         self._settling_window = True
@@ -140,11 +139,10 @@ class ThreadCountTuner:
     def _start_window(self, now: float) -> None:
         self._window_start, self._window_steps = now, 0
 
-    def _switch(self, threads: int) -> None:
+    def _switch(self, threads: int, now: float) -> None:
+        """Run on `threads` from now on, not counting its first `settle_seconds`."""
         self.threads = threads
         self.set_threads(threads)
-
-    def _settle(self, now: float) -> None:
         self._settle_until = now + self.settle_seconds
 
     def _other(self, threads: int) -> int:
@@ -153,16 +151,14 @@ class ThreadCountTuner:
     def _try_other(self, rate: float, now: float) -> None:
         """A's first window has ended: measure B."""
         self._kept, self._kept_rate = self.threads, rate
-        self._switch(self._other(self.threads))
+        self._switch(self._other(self.threads), now)
         self.trials += 1
-        self._settle(now)
 
     def _measure_kept_again(self, trial_rate: float, now: float) -> None:
         """B's window has ended: back to A for its second window."""
         assert self._kept is not None
         self._trial_rate = trial_rate
-        self._switch(self._kept)
-        self._settle(now)
+        self._switch(self._kept, now)
 
     def _decide(self, kept_rate_after: float, now: float) -> None:
         """A's second window has ended: B if it beat A's mean by the margin."""
@@ -180,8 +176,7 @@ class ThreadCountTuner:
                 kept_rate,
                 kept,
             )
-            self._switch(trial)
-            self._settle(now)
+            self._switch(trial, now)
             self._backoff = 1
         else:
             log.debug(
