@@ -34,7 +34,7 @@ from sampleforge.algo.actor_critic_loss import (
 from sampleforge.buffers.step_validity import trainable
 from sampleforge.buffers.trajectory_buffer import TrajectoryLayout
 from sampleforge.config import Config
-from sampleforge.learners.batcher import Dataset, Samples, minibatch_size
+from sampleforge.learners.batcher import Dataset, Samples, minibatch_size, staging_capacity
 from sampleforge.learners.optimization import (
     DataParallel,
     NonFiniteTrainingError,
@@ -82,7 +82,7 @@ def actor_critic_staging_bytes(cfg: Config, layout: TrajectoryLayout) -> int:
     steps = layout.rollout + 1
     trajectories = cfg.max_dataset_size // cfg.rollout  # datasets may grow to it
     minibatch = cfg.max_batch_size or cfg.batch_size
-    staging = 2 * (trajectories + 2 * layout.rows_per_slot) * steps * per_step
+    staging = 2 * staging_capacity(trajectories, layout.rows_per_slot) * steps * per_step
     if not trains_on_samples(cfg):
         return staging + (minibatch // cfg.rollout) * steps * per_step
     # A sample (`batcher.Samples`) holds a step's observation, action, version and policy, and

@@ -6,9 +6,10 @@ from each finished slot into a staging tensor on the learner's device (`[T + 1, 
 `staging_copy.py`) and releases the slot at once (the last
 reader gives it back, see `SamplerLedger`), so rollout workers are never held up by
 training. Steps another policy played in a copied row (before or after an episode boundary) are
-marked invalid, so a learner only ever trains on its own policy's samples. When the front staging
-area holds a dataset's worth of trajectories the learner takes it; rows beyond that, and those
-that finish while it trains, go to the back area, the next dataset.
+marked invalid, so a learner only ever trains on its own policy's samples. The front staging
+area fills up to a dataset's worth of trajectories, which the learner takes; rows beyond that,
+and those that finish while it trains, go to the back area, the next dataset. Rows keep their
+arrival order across the two, so the oldest are always trained on first.
 
 Must not: compute anything about RL; it only moves data.
 """
@@ -118,6 +119,12 @@ _PLAIN_FIELDS = (
 )
 
 
+def staging_capacity(largest_dataset_trajectories: int, rows_per_slot: int) -> int:
+    """Trajectories one staging area holds: the largest dataset, and a slot's rows beyond it
+    (the back area's last add before `Batcher.has_room` turns false)."""
+    return largest_dataset_trajectories + rows_per_slot
+
+
 class _StagingArea:
     """One dataset's room on the learner's device: `[T + 1, capacity, ...]` per field, the
     first `filled` trajectories staged."""
@@ -167,9 +174,7 @@ class Batcher:
         self.policy_id = policy_id
         self.dataset_trajectories = dataset_trajectories
         self.largest_dataset_trajectories = largest_dataset_trajectories or dataset_trajectories
-        # Room for the largest dataset, a slot that overflows it, and the overflow of the
-        # other area.
-        capacity = self.largest_dataset_trajectories + 2 * buffer.layout.rows_per_slot
+        capacity = staging_capacity(self.largest_dataset_trajectories, buffer.layout.rows_per_slot)
         self._copier = StagingCopy(
             device, {name: (t.shape[1:], t.dtype) for name, t in buffer.fields().items()}
         )
@@ -185,7 +190,13 @@ class Batcher:
                 f"a dataset of {trajectories} trajectories does not fit the staging areas "
                 f"(1 to {self.largest_dataset_trajectories})"
             )
+        staged = self.state_dict() if self.filled else None
         self.dataset_trajectories = trajectories
+        if staged is not None:
+            # The front must hold the oldest rows up to the new size (rare: `DatasetSizer`
+            # grows a dataset a few times a run), so the staged rows are laid out again.
+            self._copier.before_overwriting()
+            self.load_state_dict(staged)
 
     def staging_tensors(self) -> list[torch.Tensor]:
         """Every tensor of both staging areas (what the batcher allocates)."""
@@ -198,7 +209,7 @@ class Batcher:
 
     def add(self, msg: TrajectoryReady) -> None:
         """Copy this policy's rows of a finished slot in and release the slot: into the front
-        area until it holds a dataset, then into the back one."""
+        area until it holds a dataset, the rest into the back one."""
         rows = None if msg.rows is None else torch.tensor(msg.rows, dtype=torch.long)
         parts = {
             name: tensor[msg.slot] if rows is None else tensor[msg.slot].index_select(1, rows)
@@ -207,9 +218,17 @@ class Batcher:
         # A row may have changed policy at an episode boundary: train only on our own steps.
         # (A new tensor: the slot's own valids are every reader's.)
         parts["valids"] = trainable(parts["valids"], parts["policy_ids"], self.policy_id)
-        area = self._back if self.ready() else self._front
-        area.append(parts)
+        self._stage(parts)
         self.drop(msg.slot, msg.returns_slot)  # copied: the slot may go
+
+    def _stage(self, rows: dict[str, torch.Tensor]) -> None:
+        """`[T + 1, n, ...]` rows in after the staged ones: the front area's up to a dataset."""
+        n = rows["rewards"].shape[1]
+        split = min(max(self.dataset_trajectories - self._front.filled, 0), n)
+        if split:
+            self._front.append({name: part[:, :split] for name, part in rows.items()})
+        if split < n:
+            self._back.append({name: part[:, split:] for name, part in rows.items()})
 
     def drop(self, slot: int, returns_slot: bool) -> None:
         """Done with `slot` without staging (more) from it."""
@@ -238,11 +257,11 @@ class Batcher:
     def load_state_dict(self, state: dict) -> None:
         self._to_return = list(state["to_return"])
         self._front.filled = self._back.filled = 0
-        staged, d = state["staging"], self.dataset_trajectories
         total = int(state["filled"])
-        self._front.append({name: rows[:, : min(total, d)] for name, rows in staged.items()})
-        if total > d:
-            self._back.append({name: rows[:, d:total] for name, rows in staged.items()})
+        self._stage({name: rows[:, :total] for name, rows in state["staging"].items()})
+        # On CUDA the caller frees `state` next; its memory may be reused on the compute stream
+        # only once the copy stream has read it.
+        self._copier.before_reading()
 
     def ready(self) -> bool:
         return self._front.filled >= self.dataset_trajectories
@@ -255,7 +274,7 @@ class Batcher:
     def has_room(self) -> bool:
         """Rows beyond the next two datasets wait in the inbox (the slots stay the sampler's
         back-pressure)."""
-        return not self.ready() or self._back.filled < self.dataset_trajectories
+        return self.filled < 2 * self.dataset_trajectories
 
     def close(self) -> None:
         pass
@@ -278,11 +297,12 @@ class Batcher:
         return Dataset(obs=obs, **{name: view[name] for name in _PLAIN_FIELDS})
 
     def consume(self) -> None:
-        """Drop the dataset returned by `take`; the back area, with the rows that arrived
-        beyond the dataset, becomes the front."""
-        d, front = self.dataset_trajectories, self._front
+        """Drop the dataset returned by `take`; the back area becomes the front, its rows
+        beyond a dataset moved on to the emptied area, the next back one."""
+        d = self.dataset_trajectories
         self._copier.before_overwriting()  # the dataset's SGD steps may still be queued
-        if front.filled > d:
-            self._back.append(front.rows(d, front.filled))
-        front.filled = 0
-        self._front, self._back = self._back, front
+        self._front.filled = 0
+        self._front, self._back = self._back, self._front
+        if self._front.filled > d:
+            self._back.append(self._front.rows(d, self._front.filled))
+            self._front.filled = d

@@ -201,6 +201,49 @@ def test_datasets_that_grow_midway_keep_every_row_in_arrival_order(buffer, slots
         batcher.set_dataset_trajectories(9)
 
 
+def test_a_learner_slower_than_the_sampler_keeps_both_areas_within_their_room(buffer, slots):
+    """The learner takes a dataset only when the batcher has no room left (arrivals always
+    waiting). Rows beyond a dataset must not pile up from one dataset to the next (they once
+    did, by a slot's overflow a dataset, until a copy found the back area full), and every
+    dataset holds the oldest rows staged."""
+    d = 4
+    batcher = Batcher(buffer, slots, dataset_trajectories=d, device=CPU)
+    arrivals = [(s % SLOTS, ROWS) for s in range(40)]
+    order = _expected_columns(buffer, arrivals)
+    seen = 0
+    for slot, rows in arrivals:
+        if not batcher.has_room():
+            _check_columns(batcher.take(), buffer, order[seen : seen + d])
+            seen += d
+            batcher.consume()
+        assert batcher.has_room()
+        batcher.add(_msg(slot, rows))
+        assert batcher.filled < 2 * d + ROWS
+    assert seen >= 20 * d
+    assert batcher.filled == len(order) - seen
+
+
+@pytest.mark.parametrize("grown", [3, 8])
+def test_a_dataset_grown_with_rows_waiting_starts_with_the_oldest(buffer, slots, grown):
+    """`set_dataset_trajectories` while both areas hold rows: the next dataset is the oldest
+    rows staged, and none is lost."""
+    batcher = Batcher(
+        buffer, slots, dataset_trajectories=2, device=CPU, largest_dataset_trajectories=8
+    )
+    arrivals = [(s % SLOTS, ROWS) for s in range(4)]
+    order = _expected_columns(buffer, arrivals)
+    for slot, rows in arrivals[:2]:
+        batcher.add(_msg(slot, rows))  # 6 rows: a dataset of 2 in front, 4 behind it
+    _check_columns(batcher.take(), buffer, order[:2])
+    batcher.consume()
+    batcher.set_dataset_trajectories(grown)
+    for slot, rows in arrivals[2:]:
+        batcher.add(_msg(slot, rows))
+    _check_columns(batcher.take(), buffer, order[2 : 2 + grown])
+    batcher.consume()
+    assert batcher.filled == len(order) - 2 - grown
+
+
 def test_select_picks_columns(buffer, slots):
     batcher = Batcher(buffer, slots, dataset_trajectories=6, device=CPU)
     batcher.add(_msg(slot=0))
