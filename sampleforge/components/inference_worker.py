@@ -239,6 +239,10 @@ class InferenceWorker:
         now = time.monotonic()
         if now - self._last_report < REPORT_EVERY_SEC:
             return
+        if not self._batches:
+            # Idle (the sampler paused between `train` calls, when nobody reads the report
+            # queue): a report a second would fill it. The timings wait for the next report.
+            return
         send_many(
             self.report_queue,
             [InferenceReport(self.name, self._batches, self._samples, dict(self._timings))],

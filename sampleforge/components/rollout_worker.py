@@ -169,6 +169,8 @@ class RolloutWorker:
             views = self._views
             first_obs = {k: np.empty_like(v[0, 0]) for k, v in views.obs.items()}
             split.envs.reset_all(first_obs)
+            # Resets of many envs can take longer than the hang timeout: alive after each split.
+            self.ledger.beat(self.worker_index)
             split.carried = (first_obs, np.zeros_like(views.rnn_states[0, 0]))
             # Never block on the shared free-slot queue (see `poll`): a split without a slot
             # waits parked until one is free.
@@ -266,9 +268,14 @@ class RolloutWorker:
         that step is marked invalid rather than trained on with the wrong log-probability.
         """
         for split in self.splits:
-            if split.awaiting and not split.pending_actions:
+            # Answers that came while paused wait in `pending_actions`; only the policies
+            # without one are asked again (in a split played by several policies, some may
+            # have answered).
+            answered = {a.policy_id for a in split.pending_actions if a.step == split.step}
+            missing = split.awaiting - answered
+            if missing:
                 split.resent_step = split.step
-                self._send_requests(split, split.awaiting)
+                self._send_requests(split, missing)
 
     # --- env stepping ---------------------------------------------------------------------------
     def _step_envs(self, split: _Split) -> None:
@@ -399,6 +406,9 @@ class RolloutWorker:
             send_many(self.inference_queues[p], [request])
 
     # --- reporting ------------------------------------------------------------------------------
+    def _has_news(self) -> bool:
+        return bool(self._frames_since_report or self._episodes or self._faults)
+
     def _record_episode(self, policy: int, ret: float, length: int, win: float | None) -> None:
         record = self._episodes.get(policy)
         if record is None:
@@ -411,6 +421,10 @@ class RolloutWorker:
     def _maybe_report(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._last_report < REPORT_EVERY_SEC:
+            return
+        if self.paused and not force and not self._has_news():
+            # Between `train` calls nobody reads the report queue: a report a second would
+            # fill it (and fail this worker) in an outside driver's long pause.
             return
         reports: list[SamplerReport | EpisodesFinished] = [
             SamplerReport(

@@ -384,7 +384,9 @@ def test_a_request_wakes_a_waiting_worker_through_the_doorbell(inference):
     inference.assert_served(0, 0, states, version=0)
 
 
-def test_reports_batches_and_samples_since_the_last_report(inference, monkeypatch):
+def test_reports_batches_and_samples_since_the_last_report_and_nothing_while_idle(
+    inference, monkeypatch
+):
     monkeypatch.setattr(inference_module, "REPORT_EVERY_SEC", 0.0)
     for slot in (0, 1):
         inference.fill(slot, 0)
@@ -396,9 +398,14 @@ def test_reports_batches_and_samples_since_the_last_report(inference, monkeypatc
     assert (report.batches, report.samples) == (1, 2 * ROWS)
     assert set(report.timings) == {"forward", "weights"}
     assert report.timings["forward"] > 0
-    inference.worker.poll(0.0)  # nothing served since: the counters started again
+    for _ in range(5):  # idle (between `train` calls nobody reads reports): nothing sent
+        inference.worker.poll(0.0)
+    assert receive(inference.reports, 0.1) == []
+    inference.fill(2, 0)
+    inference.request(InferenceRequested(0, 0, 2, 0, 0))
+    inference.worker.poll(0.1)
     (report,) = receive(inference.reports, 0.1)
-    assert (report.batches, report.samples) == (0, 0)
+    assert (report.batches, report.samples) == (1, ROWS)  # the counters started again
 
 
 def test_no_report_before_the_reporting_period(inference):

@@ -6,6 +6,8 @@ ends, step T is carried over to the next slot, finished slots reach the learner 
 episode statistics reach the runner.
 """
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -19,12 +21,15 @@ from sampleforge.comms.messages import (
     InferenceRequested,
     Pause,
     Paused,
+    ResendRequests,
     Resume,
     SamplerReport,
     TrajectoryReady,
 )
 from sampleforge.comms.queues import make_queue, receive, send_many
+from sampleforge.components import rollout_worker
 from sampleforge.components.rollout_worker import RolloutEndpoints, RolloutWorker
+from sampleforge.envs.policy_mapping import PolicyMapping
 from sampleforge.envs.registry import EnvContext, EnvSpec
 from sampleforge.spaces import action_spec, observation_specs
 
@@ -137,7 +142,7 @@ def test_rollout_worker_fills_slots_by_the_protocol():
     assert lengths == set(EPISODE_LENGTHS)
 
 
-def test_pause_is_confirmed_after_the_statistics_of_every_step_before_it():
+def test_pause_is_confirmed_after_the_statistics_of_every_step_before_it(monkeypatch):
     # The runner ends a train call once every worker confirmed the pause: by then the episodes
     # of the call must be on the report queue, ahead of the confirmation.
     worker, buffer, queues = _setup()
@@ -156,13 +161,107 @@ def test_pause_is_confirmed_after_the_statistics_of_every_step_before_it():
     assert isinstance(reports[-1], Paused) and reports[-1].worker == 0
     frames = sum(r.env_frames for r in reports if isinstance(r, SamplerReport))
     assert frames > 0, "the steps since the last report were not flushed before the pause"
-    # Paused: answers wait, nothing is stepped until Resume (a periodic report may still come,
-    # empty, if the machine is slow enough for its second to pass).
+    # Paused: answers wait, nothing is stepped until Resume, and nothing is reported. Between
+    # `train` calls nobody reads the report queue: a report a second from every paused worker
+    # once filled it in a long pause, and a full queue fails the worker.
+    monkeypatch.setattr(rollout_worker, "REPORT_EVERY_SEC", 0.0)  # every poll is due
     _answer_requests(buffer, queues, rng)
-    worker.poll(0.1)
-    later = receive(queues["report"], 0.1)
-    assert sum(r.env_frames for r in later if isinstance(r, SamplerReport)) == 0
-    assert not [r for r in later if isinstance(r, EpisodesFinished)]
+    for _ in range(20):
+        worker.poll(0.0)
+    assert receive(queues["report"], 0.1) == []
+
+
+def _endpoints_of(worker: RolloutWorker, **changes) -> RolloutEndpoints:
+    """The queues and buffers of `worker`, for another worker in its place."""
+    ends = {
+        "buffer": worker.buffer,
+        "inbox": worker.inbox,
+        "inference_queues": worker.inference_queues,
+        "learner_queues": worker.learner_queues,
+        "slots": worker.slots,
+        "ledger": worker.ledger,
+        "report_queue": worker.report_queue,
+    }
+    return RolloutEndpoints(**{**ends, **changes})
+
+
+class ResetClockEnv(CountingEnv):
+    """A CountingEnv that notes when each of its resets ended (wall time)."""
+
+    resets_ended: list[float] = []
+
+    def reset(self, *, seed=None, options=None):
+        time.sleep(0.01)
+        out = super().reset(seed=seed, options=options)
+        ResetClockEnv.resets_ended.append(time.time())
+        return out
+
+
+def test_the_first_resets_count_as_signs_of_life():
+    # Every env's first reset runs inside one poll; with hundreds of envs that outlasts the
+    # supervisor's hang timeout, so the worker beats after each split's resets.
+    worker, buffer, queues = _setup()
+    worker.close()
+    ResetClockEnv.resets_ended = []
+    worker = RolloutWorker(
+        worker_index=0,
+        endpoints=_endpoints_of(worker),
+        env_spec=EnvSpec("reset_clock", lambda context: ResetClockEnv(3)),
+        num_envs=4,
+        num_splits=2,
+        seed=0,
+    )
+    worker.poll(0.0)
+    assert len(ResetClockEnv.resets_ended) == 4
+    assert float(worker.ledger.heartbeats[0]) >= max(ResetClockEnv.resets_ended)
+    worker.close()
+
+
+def _two_policy_split_worker():
+    """A worker whose one split has a row of each of two policies (seats drawn at random)."""
+    worker, buffer, queues = _setup()
+    worker.close()
+    queues["inference_1"] = make_queue()
+    endpoints = _endpoints_of(
+        worker,
+        inference_queues={0: queues["inference"], 1: queues["inference_1"]},
+        learner_queues={0: queues["learner"], 1: make_queue()},
+    )
+    for seed in range(100):
+        worker = RolloutWorker(
+            worker_index=0,
+            endpoints=endpoints,
+            env_spec=EnvSpec("counting", make_counting_env),
+            num_envs=2,
+            num_splits=1,
+            seed=seed,
+            policy_mapping=PolicyMapping("random", 2),
+        )
+        if set(worker.splits[0].row_policy.tolist()) == {0, 1}:
+            return worker, queues
+        worker.close()
+    raise AssertionError("no seed in 100 gave a split of both policies")
+
+
+def test_requests_are_sent_again_to_the_policies_whose_answers_did_not_come_while_paused():
+    # One policy answered after a Pause (the answer waits for Resume); the other's inference
+    # worker died with the request. That one is asked again: the split once waited for ever.
+    worker, queues = _two_policy_split_worker()
+    send_many(queues["inbox"], [Resume()])
+    worker.poll(0.05)
+    assert len(receive(queues["inference"], 0.1)) == len(receive(queues["inference_1"], 0.1)) == 1
+    send_many(queues["inbox"], [ActionsReady(0, 0, 0), ActionsReady(0, 0, 1)])
+    worker.poll(0.05)  # step 0 played; step 1 asked of both policies
+    assert [r.step for r in receive(queues["inference_1"], 0.1)] == [1]
+    receive(queues["inference"], 0.1)
+    send_many(queues["inbox"], [Pause(), ActionsReady(0, 1, 0), ResendRequests()])
+    worker.poll(0.05)
+    assert [r.step for r in receive(queues["inference_1"], 0.1)] == [1]
+    assert receive(queues["inference"], 0.1) == []  # policy 0's answer is in hand
+    send_many(queues["inbox"], [Resume(), ActionsReady(0, 1, 1)])
+    worker.poll(0.05)
+    assert worker.splits[0].step == 2
+    worker.close()
 
 
 def test_step_T_is_carried_to_the_next_slot():
