@@ -421,7 +421,9 @@ class LearnerWorker:
         stats.update(self.tuner.report())
 
     def _not_training(self) -> None:
-        """Time that is not training passed, or will (see ThreadCountTuner.interrupted)."""
+        """Time that is not training passed, or will (see ThreadCountTuner.interrupted): nor
+        is it waiting for data."""
+        self.gate.interrupted()
         if self.tuner is not None:
             self.tuner.interrupted()
 

@@ -172,6 +172,11 @@ class GatesSampling(Protocol):
 
     def training_done(self) -> None: ...
 
+    def interrupted(self) -> None:
+        """Time that is not the learner waiting for data passes, or will (a pause, a
+        checkpoint, new weights): the wait before the next dataset is not counted or judged."""
+        ...
+
     def update(self, staged_trajectories: int) -> int:
         """Write, and return, the number of slots that may be on their way now."""
         ...

@@ -64,6 +64,10 @@ class ReplayRatioGate:
     def training_done(self) -> None:
         self._idle_since = self.clock()
 
+    def interrupted(self) -> None:
+        """A pause or a command: not time spent waiting for data."""
+        self._idle_since = None
+
     def update(self, staged_trajectories: int) -> int:
         """Write, and return, the slots that may be on their way now."""
         slots = self._slots_allowed()

@@ -141,6 +141,11 @@ class SamplingGate:
         self.sgd_steps_left = 0
         self._training_ended_at = self.clock()
 
+    def interrupted(self) -> None:
+        """A pause or a command since the last dataset: the time until the next one is no
+        measure of the lead (a 30 s pause once read as 30 s of waiting for data)."""
+        self._training_ended_at = None
+
     def update(self, staged_trajectories: int) -> int:
         """Write how many slots may be on their way, given the trajectories the batcher holds
         (the current dataset's included while it is being trained on). Returns that number."""

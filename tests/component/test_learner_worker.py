@@ -32,6 +32,7 @@ from sampleforge.envs.registry import env_info
 from sampleforge.learners.actor_critic import NonFiniteTrainingError
 from sampleforge.models.factory import make_policy_model
 from sampleforge.testing.exact_state import exactly_equal
+from sampleforge.testing.fake_clock import FakeClock
 
 
 class Neighbours:
@@ -172,6 +173,40 @@ def test_final_checkpoint_after_a_pause_is_the_last_training_state(learner):
     assert saved.final
     assert checkpoint_info(saved.path)[0] == version == learner.weights[0].version
     assert not any(isinstance(r, TrainingReport) for r in reports)
+
+
+def test_a_pause_and_a_checkpoint_between_datasets_are_not_a_wait_for_data(tmp_path):
+    """Between two `train` calls the learner is paused and saves; that time once counted as
+    waiting for data, which pushed the measured lead to its cap (and grew the datasets)."""
+    learner = Neighbours(tmp_path, num_epochs=4, num_envs_per_worker=8)
+    gate = learner.worker.gate
+    gate.clock = clock = FakeClock()
+    sgd_step_done = gate.sgd_step_done
+
+    def step_of_10_ms() -> None:  # data is never waited for: it is all there at once
+        clock.now += 0.01
+        sgd_step_done()
+
+    gate.sgd_step_done = step_of_10_ms
+    receive(learner.reports, 0.1)
+    learner.run([Resume()])
+
+    def train_a_dataset() -> None:
+        learner._next_slot %= learner.buffer.layout.num_slots  # the slots came back
+        reports = learner.run(learner.a_dataset())
+        assert any(isinstance(r, TrainingReport) for r in reports)
+
+    for _ in range(3):
+        train_a_dataset()
+    lead = gate.lead
+    learner.run([Pause(), SaveCheckpoint(mean_return=0.0, final=False)])
+    clock.now += 30.0
+    learner.run([Resume()])
+    train_a_dataset()
+    assert (gate.lead, gate.waited_seconds) == (lead, 0.0)
+    clock.now += 30.0  # a real wait for data is still one
+    train_a_dataset()
+    assert gate.waited_seconds == 30.0 and gate.lead > lead
 
 
 def test_a_checkpoint_of_a_non_finite_model_is_refused_and_nothing_is_written(learner):

@@ -7,17 +7,10 @@ from __future__ import annotations
 from sampleforge.buffers.rate_limiter import SampleToInsertRatio
 from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.learners.replay_gate import ReplayRatioGate
+from sampleforge.testing.fake_clock import FakeClock
 
 TRANSITIONS_PER_SLOT = 12
 POLICY = 1
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _gate(limiter: SampleToInsertRatio, clock=None) -> tuple[ReplayRatioGate, SamplerLedger]:
@@ -62,8 +55,8 @@ def test_slots_allowed_follow_the_limiter_and_reach_the_ledger():
     assert not ledger.sampling_allowed()
 
 
-def test_waited_seconds_add_up_between_training_done_and_started():
-    clock = FakeClock()
+def test_waited_seconds_add_up_between_training_done_and_started_but_not_across_a_pause():
+    clock = FakeClock(100.0)
     limiter = SampleToInsertRatio(1.0, min_size_to_sample=1, error_buffer=4.0)
     gate, _ = _gate(limiter, clock)
     gate.training_started(filled=1)  # the first start: no wait before it counted
@@ -81,4 +74,9 @@ def test_waited_seconds_add_up_between_training_done_and_started():
     assert gate.waited_seconds == 1.75
     clock.now += 2.0
     gate.training_started(filled=1)  # started twice without a done: no wait counted
+    assert gate.waited_seconds == 1.75
+    gate.training_done()
+    gate.interrupted()  # a pause or a checkpoint: not a wait for data
+    clock.now += 30.0
+    gate.training_started(filled=1)
     assert gate.waited_seconds == 1.75

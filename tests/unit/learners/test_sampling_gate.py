@@ -8,6 +8,7 @@ import pytest
 from sampleforge.buffers.sampler_ledger import SamplerLedger
 from sampleforge.learners import sampling_gate
 from sampleforge.learners.sampling_gate import SamplingGate
+from sampleforge.testing.fake_clock import FakeClock
 
 ROWS = 8  # trajectories per slot
 DATASET = 16  # trajectories per dataset: two slots
@@ -20,17 +21,9 @@ def _no_lag_target(monkeypatch):
     monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 1000)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _gate(lead: int | None, num_workers: int = 1):
     ledger = SamplerLedger(num_workers, num_slots=6, num_policies=1)
-    clock = Clock()
+    clock = FakeClock(0.0)
     gate = SamplingGate(ledger, 0, DATASET, ROWS, STEPS, lead, clock=clock)
     return gate, ledger, clock
 
@@ -205,7 +198,7 @@ def test_a_learner_s_own_lag_target_lets_the_measured_lead_overlap_a_whole_datas
     4 (the learner then waits), its lead grows to what the sampling needs."""
     monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
     ledger = SamplerLedger(1, num_slots=6, num_policies=1)
-    clock = Clock()
+    clock = FakeClock(0.0)
     gate = SamplingGate(ledger, 0, DATASET, ROWS, STEPS, None, clock=clock, lag_target_datasets=1)
     assert gate.max_lead == STEPS  # mean lag (16 + 16) / 2: one dataset
     for _ in range(4):
@@ -269,7 +262,7 @@ def test_fewer_steps_per_dataset_cut_the_measured_lead_and_what_it_asks_for(monk
 def test_more_steps_per_dataset_raise_the_bound_but_not_the_lead(monkeypatch):
     monkeypatch.setattr(sampling_gate, "MEAN_LAG_TARGET", 10)
     ledger = SamplerLedger(1, num_slots=6, num_policies=1)
-    gate = SamplingGate(ledger, 0, DATASET, ROWS, 4, None, clock=Clock())
+    gate = SamplingGate(ledger, 0, DATASET, ROWS, 4, None, clock=FakeClock(0.0))
     assert gate.max_lead == 8  # the slots: two datasets of 4 steps
     gate.lead = 3
     gate.set_sgd_steps_per_dataset(8)
@@ -280,7 +273,7 @@ def test_grown_datasets_ask_for_more_slots_and_bound_the_lead_by_the_slots():
     """DatasetSizer doubles the datasets: the next one asks for twice the slots, and the lead's
     bound shrinks to what the slots can still hold ahead."""
     ledger = SamplerLedger(1, num_slots=6, num_policies=1)
-    gate = SamplingGate(ledger, 0, DATASET, ROWS, 4, None, clock=Clock())
+    gate = SamplingGate(ledger, 0, DATASET, ROWS, 4, None, clock=FakeClock(0.0))
     gate.lead = gate.max_lead  # 8: the 6 slots hold two datasets of two slots ahead
     assert gate.update(staged_trajectories=0) == 2 * 2 + 2  # 1 + 8 // 4 datasets
     gate.set_dataset_trajectories(2 * DATASET)

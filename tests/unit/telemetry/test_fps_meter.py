@@ -5,14 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sampleforge.telemetry import FpsMeter
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from sampleforge.testing.fake_clock import FakeClock
 
 
 def test_windows_on_synthetic_clock() -> None:

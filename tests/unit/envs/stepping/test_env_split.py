@@ -10,6 +10,7 @@ from sampleforge.envs.multi_agent import MultiAgentEnv
 from sampleforge.envs.registry import EnvContext, EnvSpec
 from sampleforge.envs.stepping.env_split import EnvFaultError, EnvSplit, StepTargets
 from sampleforge.envs.stepping.faults import RateLimitedWarnings
+from sampleforge.testing.fake_clock import FakeClock
 
 
 class ScriptedFaultEnv(gym.Env):
@@ -385,14 +386,6 @@ def test_multi_agent_rewards_must_be_one_number_per_seat():
         "env 'bad_seat_rewards' failed in worker 0 (env 0): returned rewards of type list "
         "(dtype object); expected one number per seat"
     ]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_fault_warnings_are_rate_limited_with_a_count_of_those_left_out(caplog):
