@@ -134,6 +134,8 @@ class LearnerWorker:
             ),
         )
         self.learner, self.stager, self.gate = parts.learner, parts.stager, parts.gate
+        self._rows_per_slot = endpoints.buffer.layout.rows_per_slot
+        self._rows_arrived = [0, 0]  # this policy's trajectories, and the slots they came in
         self.sizer = parts.sizer
         self.tuner = self._thread_count_tuner(rank)
         self.store = CheckpointStore(Path(checkpoint_dir), keep_last=cfg.keep_checkpoints)
@@ -294,6 +296,7 @@ class LearnerWorker:
             "stager": self.stager.state_dict(),
             "arrived": list(self._arrived),
             "deferred": list(self._deferred),
+            "rows_arrived": list(self._rows_arrived),
         }
 
     def restore_state(self, state: dict) -> None:
@@ -301,10 +304,13 @@ class LearnerWorker:
         self.stager.load_state_dict(state["stager"])
         self._arrived = deque(state["arrived"])
         self._deferred = list(state.get("deferred", []))
+        self._rows_arrived = list(state.get("rows_arrived", [0, 0]))
+        if self._rows_arrived[1]:
+            self.gate.set_rows_per_slot(self._rows_arrived[0] / self._rows_arrived[1])
 
     def _handle(self, msg) -> None:
         if isinstance(msg, TrajectoryReady):
-            self._arrived.append(msg)  # staged in order, never more than one dataset ahead
+            self._arrival(msg)
         elif isinstance(msg, HandOverCheck):
             self._check_hand_over(msg)
         elif isinstance(msg, SaveCheckpoint):
@@ -333,6 +339,13 @@ class LearnerWorker:
                 self._not_training()
         else:
             raise TypeError(f"{self.name}: unexpected message {msg!r}")
+
+    def _arrival(self, msg: TrajectoryReady) -> None:
+        """Queued to be staged in order, never more than one dataset ahead (`has_room`)."""
+        self._arrived.append(msg)
+        self._rows_arrived[0] += self._rows_per_slot if msg.rows is None else len(msg.rows)
+        self._rows_arrived[1] += 1
+        self.gate.set_rows_per_slot(self._rows_arrived[0] / self._rows_arrived[1])
 
     def _check_hand_over(self, msg: HandOverCheck) -> None:
         """A dead worker's hand-over of `msg.slot`: anything it sent came before this, so a
@@ -457,7 +470,7 @@ class LearnerWorker:
         """Between SGD steps: stage what arrived; keep commands for after the dataset."""
         for msg in receive(self.inbox, 0.0):
             if isinstance(msg, TrajectoryReady):
-                self._arrived.append(msg)
+                self._arrival(msg)
             else:
                 self._deferred.append(msg)
         while self._arrived and self.stager.has_room():

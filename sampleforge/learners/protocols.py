@@ -172,6 +172,11 @@ class GatesSampling(Protocol):
 
     def training_done(self) -> None: ...
 
+    def set_rows_per_slot(self, rows: float) -> None:
+        """The finished slots have brought `rows` of this policy's trajectories each, on
+        average."""
+        ...
+
     def interrupted(self) -> None:
         """Time that is not the learner waiting for data passes, or will (a pause, a
         checkpoint, new weights): the wait before the next dataset is not counted or judged."""

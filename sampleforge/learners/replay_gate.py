@@ -64,6 +64,9 @@ class ReplayRatioGate:
     def training_done(self) -> None:
         self._idle_since = self.clock()
 
+    def set_rows_per_slot(self, rows: float) -> None:
+        """Unused: the replay ratio counts the steps inserted, whoever's rows they are."""
+
     def interrupted(self) -> None:
         """A pause or a command: not time spent waiting for data."""
         self._idle_since = None

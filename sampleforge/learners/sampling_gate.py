@@ -61,13 +61,15 @@ class SamplingGate:
         clock: Callable[[], float] = time.monotonic,
         lag_target_datasets: float = 0.0,
     ):
-        """`lag_target_datasets`: the mean lag a measured lead may reach, in the learner's
-        datasets (SGD steps per dataset x this), where that exceeds MEAN_LAG_TARGET."""
+        """`rows_per_slot`: a slot's rows, all of which are this policy's until the learner
+        worker says otherwise (`set_rows_per_slot`); `lag_target_datasets`: the mean lag a
+        measured lead may reach, in the learner's datasets (SGD steps per dataset x this),
+        where that exceeds MEAN_LAG_TARGET."""
         self.ledger = ledger
         self.lag_target_datasets = lag_target_datasets
         self.policy_id = policy_id
         self.dataset_trajectories = dataset_trajectories
-        self.rows_per_slot = rows_per_slot
+        self.rows_per_slot: float = rows_per_slot  # of this policy's, on average
         self.sgd_steps_per_dataset = sgd_steps_per_dataset
         self.measured = lead_sgd_steps is None
         self.max_lead = self._max_lead()
@@ -112,6 +114,15 @@ class SamplingGate:
             self.lead = min(self.lead, self.max_lead)
 
     # --- events from the learner worker ---------------------------------------------------------
+    def set_rows_per_slot(self, rows: float) -> None:
+        """The finished slots have brought `rows` of this policy's trajectories each, on
+        average. Where policies share an env (self-play, a frozen opponent, a duel) that is a
+        share of a slot's rows: the slots a dataset needs, and the datasets the slots hold,
+        follow it."""
+        if rows != self.rows_per_slot:
+            self.rows_per_slot = rows
+            self._bound_changed()
+
     def training_started(self, staged_trajectories: int) -> None:
         """The learner starts a dataset; `staged_trajectories` counts it and any beyond it."""
         now = self.clock()
@@ -162,14 +173,14 @@ class SamplingGate:
         return slots
 
     def _slots_for(self, trajectories: int) -> int:
-        return -(-trajectories // self.rows_per_slot)
+        return math.ceil(trajectories / self.rows_per_slot)
 
     def _complete_datasets_beyond(self, staged_trajectories: int) -> int:
         """Whole datasets sampled (staged, or finished and on their way) beyond the current
         one, which `staged_trajectories` includes."""
         finished = self.ledger.slots_in_flight(self.policy_id) - self.ledger.slots_being_filled()
         beyond = staged_trajectories - self.dataset_trajectories + finished * self.rows_per_slot
-        return max(beyond, 0) // self.dataset_trajectories
+        return int(max(beyond, 0) // self.dataset_trajectories)
 
     def _note_early_data(self, staged_trajectories: int) -> None:
         """While training, remember how many steps were left when the next dataset had been

@@ -209,6 +209,20 @@ def test_a_pause_and_a_checkpoint_between_datasets_are_not_a_wait_for_data(tmp_p
     assert gate.waited_seconds == 30.0 and gate.lead > lead
 
 
+def test_the_gate_learns_how_many_of_a_slots_rows_are_this_policys(tmp_path):
+    learner = Neighbours(tmp_path)
+    assert learner.worker.gate.rows_per_slot == learner.buffer.layout.rows_per_slot == 4
+    half = [
+        TrajectoryReady(policy_id=0, slot=m.slot, rows=(0, 2), worker=0)
+        for m in (learner.finished_slot(), learner.finished_slot())
+    ]
+    learner.run([*half, learner.finished_slot()])
+    assert learner.worker.gate.rows_per_slot == (2 + 2 + 4) / 3
+    again = Neighbours(tmp_path / "again")  # an exact resume keeps what was learnt
+    again.worker.restore_state(learner.worker.snapshot_state())
+    assert again.worker.gate.rows_per_slot == (2 + 2 + 4) / 3
+
+
 def test_a_checkpoint_of_a_non_finite_model_is_refused_and_nothing_is_written(learner):
     """The save the runner asks for, through the worker's own path (docs/reliability.md: no
     checkpoint ever holds a non-finite value)."""

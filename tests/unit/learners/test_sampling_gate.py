@@ -51,6 +51,20 @@ def test_an_idle_learner_asks_for_exactly_its_missing_dataset():
     assert gate.update(staged_trajectories=DATASET) == 0
 
 
+def test_where_a_slot_brings_a_share_of_its_rows_the_slots_asked_for_follow_the_share():
+    """Policies sharing an env (a duel, a frozen opponent): each slot brings this learner half
+    its rows, so a dataset takes twice the slots, asked for at once, and a finished slot is
+    half as much of the next dataset (the gate once counted whole slots as its rows)."""
+    gate, ledger, _ = _gate(lead=None)
+    assert (gate.update(staged_trajectories=0), gate.max_lead) == (2, 2 * STEPS)
+    gate.set_rows_per_slot(ROWS / 2)
+    assert (gate.update(staged_trajectories=0), gate.max_lead) == (4, STEPS)
+    assert gate.update(staged_trajectories=ROWS) == 2
+    ledger.hand_over(0, [0])
+    ledger.hand_over(1, [0])  # two finished slots: half a dataset beyond the current one
+    assert gate._complete_datasets_beyond(staged_trajectories=DATASET) == 0
+
+
 def test_a_training_learner_holds_sampling_back_until_its_last_lead_steps():
     gate, ledger, _ = _gate(lead=2)
     gate.update(staged_trajectories=DATASET)
