@@ -75,6 +75,8 @@ log = logging.getLogger(__name__)
 
 # The checkpoint's entry for the stager's state (the replay), with --save_replay.
 STAGER_KEY = "stager"
+# The checkpoint's entry for the dataset size grown to (--max_batch_size).
+SIZER_KEY = "dataset_sizer"
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,10 @@ class LearnerWorker:
             return None, None
         state, path = loaded
         stager_state = state.pop(STAGER_KEY, None)
+        sizer_state = state.pop(SIZER_KEY, None)
         self.learner.load_state_dict(state)
+        if self.sizer is not None and sizer_state is not None:
+            self.sizer.load_state_dict(sizer_state)
         if stager_state is not None:
             self.stager.load_lasting_state(stager_state)
             return str(path), None
@@ -297,6 +302,7 @@ class LearnerWorker:
             "arrived": list(self._arrived),
             "deferred": list(self._deferred),
             "rows_arrived": list(self._rows_arrived),
+            "sizer": None if self.sizer is None else self.sizer.state_dict(),
         }
 
     def restore_state(self, state: dict) -> None:
@@ -305,6 +311,8 @@ class LearnerWorker:
         self._arrived = deque(state["arrived"])
         self._deferred = list(state.get("deferred", []))
         self._rows_arrived = list(state.get("rows_arrived", [0, 0]))
+        if self.sizer is not None and state.get("sizer") is not None:
+            self.sizer.load_state_dict(state["sizer"])
         if self._rows_arrived[1]:
             self.gate.set_rows_per_slot(self._rows_arrived[0] / self._rows_arrived[1])
 
@@ -483,6 +491,8 @@ class LearnerWorker:
     def _save(self, msg: SaveCheckpoint) -> None:
         self.learner.assert_finite()
         state = self.learner.state_dict()
+        if self.sizer is not None:
+            state[SIZER_KEY] = self.sizer.state_dict()
         lasting = self.stager.lasting_state() if self.cfg.save_replay else None
         path = self.store.save(
             state if lasting is None else {**state, STAGER_KEY: lasting},

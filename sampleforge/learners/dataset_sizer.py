@@ -69,7 +69,20 @@ class DatasetSizer:
         lag_bound = self._at_cap and waited > GROW_WAIT_SHARE * (waited + busy)
         self._noted, self._busy, self._waited, self._at_cap = 0, 0.0, 0.0, True
         if lag_bound and self.trajectories < self.largest:
-            self.trajectories = min(2 * self.trajectories, self.largest)
-            for follower in self.followers:
-                follower.set_dataset_trajectories(self.trajectories)
+            self._resize(min(2 * self.trajectories, self.largest))
         return self.trajectories
+
+    def state_dict(self) -> dict[str, int]:
+        """The size grown to, part of a checkpoint: a resumed run goes on at it rather than
+        regrowing from the configured size."""
+        return {"trajectories": self.trajectories}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Go on at a saved size, within this run's bounds (its `max_batch_size` may differ)."""
+        self._resize(min(max(state["trajectories"], self.smallest), self.largest))
+
+    def _resize(self, trajectories: int) -> None:
+        if trajectories != self.trajectories:
+            self.trajectories = trajectories
+            for follower in self.followers:
+                follower.set_dataset_trajectories(trajectories)

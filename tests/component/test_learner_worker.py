@@ -30,6 +30,7 @@ from sampleforge.components.wiring import trajectory_layout
 from sampleforge.config import make_config
 from sampleforge.envs.registry import env_info
 from sampleforge.learners.actor_critic import NonFiniteTrainingError
+from sampleforge.learners.dataset_sizer import WINDOW
 from sampleforge.models.factory import make_policy_model
 from sampleforge.testing.exact_state import exactly_equal
 from sampleforge.testing.fake_clock import FakeClock
@@ -38,7 +39,7 @@ from sampleforge.testing.fake_clock import FakeClock
 class Neighbours:
     """The queues and buffers around one learner, and helpers to play its neighbours."""
 
-    def __init__(self, tmp_path, **overrides):
+    def __init__(self, tmp_path, resume: bool = False, **overrides):
         settings = dict(
             env="CartPole-v1",
             num_workers=1,
@@ -80,7 +81,7 @@ class Neighbours:
             device=torch.device("cpu"),
             checkpoint_dir=str(self.checkpoint_dir),
             frameskip=1,
-            resume=False,
+            resume=resume,
         )
         self._next_slot = 0
         self.rng = np.random.default_rng(0)
@@ -221,6 +222,25 @@ def test_the_gate_learns_how_many_of_a_slots_rows_are_this_policys(tmp_path):
     again = Neighbours(tmp_path / "again")  # an exact resume keeps what was learnt
     again.worker.restore_state(learner.worker.snapshot_state())
     assert again.worker.gate.rows_per_slot == (2 + 2 + 4) / 3
+
+
+def test_a_resumed_run_goes_on_at_the_dataset_size_it_had_grown_to(tmp_path):
+    """`--max_batch_size`: datasets grown while the run was lag-bound stay grown after a
+    resume, in the checkpoint and in an exact resume (they once regrew from the configured
+    size, a window of datasets per doubling)."""
+    learner = Neighbours(tmp_path, max_batch_size=256)
+    sizer = learner.worker.sizer
+    for _ in range(WINDOW):  # a lag-bound window: the datasets double
+        sizer.dataset_trained(busy_seconds=1.0, waited_seconds=1.0, lead_at_cap=True)
+    grown = sizer.trajectories
+    assert grown == 2 * sizer.smallest
+    learner.run([SaveCheckpoint(final=False, mean_return=None)])
+    resumed = Neighbours(tmp_path, resume=True, max_batch_size=256).worker
+    again = Neighbours(tmp_path / "again", max_batch_size=256).worker
+    again.restore_state(learner.worker.snapshot_state())
+    for worker in (resumed, again):
+        assert worker.sizer.trajectories == grown
+        assert worker.stager.dataset_trajectories == worker.gate.dataset_trajectories == grown
 
 
 def test_a_checkpoint_of_a_non_finite_model_is_refused_and_nothing_is_written(learner):

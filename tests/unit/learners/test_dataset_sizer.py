@@ -59,3 +59,15 @@ def test_one_dataset_below_the_cap_holds_the_window_back():
 def test_sizes_must_be_ordered():
     with pytest.raises(ValueError, match="0 < 8 <= 4"):
         DatasetSizer(smallest=8, largest=4)
+
+
+def test_a_saved_size_is_taken_up_within_this_runs_bounds_and_told_to_the_followers():
+    follower = _Follower()
+    sizer = DatasetSizer(smallest=4, largest=16)
+    _window(sizer, busy=1.0, waited=1.0)
+    resumed = DatasetSizer(smallest=4, largest=16, followers=(follower,))
+    resumed.load_state_dict(sizer.state_dict())
+    assert (resumed.trajectories, follower.sizes) == (8, [8])
+    smaller = DatasetSizer(smallest=4, largest=4, followers=(follower,))
+    smaller.load_state_dict(sizer.state_dict())  # resumed with a smaller max_batch_size
+    assert (smaller.trajectories, follower.sizes) == (4, [8])
