@@ -86,8 +86,26 @@ class SampleToInsertRatio:
         counted = self.inserts - self.min_size_to_sample
         return self.samples / counted if counted > 0 else math.nan
 
-    def state_dict(self) -> dict[str, int]:
-        return {"inserts": self.inserts, "samples": self.samples}
+    def state_dict(self) -> dict[str, float]:
+        return {
+            "inserts": self.inserts,
+            "samples": self.samples,
+            "samples_per_insert": self.samples_per_insert,
+            "min_size_to_sample": self.min_size_to_sample,
+        }
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        """Go on from saved counts. Saved under another ratio or start size (a resume with
+        new settings), the counts are rebased: the saved balance's distance from its centre
+        carries over, within this limiter's error buffer, rather than the balance itself,
+        which would be off by the change times every insert so far and stall one side for
+        as long as the run has been going."""
         self.inserts, self.samples = int(state["inserts"]), int(state["samples"])
+        ratio = float(state.get("samples_per_insert", self.samples_per_insert))
+        start = int(state.get("min_size_to_sample", self.min_size_to_sample))
+        if (ratio, start) == (self.samples_per_insert, self.min_size_to_sample):
+            return
+        ahead = ratio * self.inserts - self.samples - ratio * start  # unspent samples
+        ahead = min(max(ahead, -self.error_buffer), self.error_buffer)
+        centre = self.samples_per_insert * self.min_size_to_sample
+        self.samples = max(0, round(self.samples_per_insert * self.inserts - centre - ahead))

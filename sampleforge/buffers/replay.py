@@ -66,9 +66,28 @@ from sampleforge.buffers.replay_layout import (
 from sampleforge.buffers.sum_tree import SumTree
 from sampleforge.spaces import TensorSpec
 
-__all__ = ["ReplayBatch", "ReplayBuffer", "estimate_replay_bytes", "frame_stacks_of"]
+__all__ = [
+    "ReplayBatch",
+    "ReplayBuffer",
+    "ReplaySettingsChanged",
+    "estimate_replay_bytes",
+    "frame_stacks_of",
+]
 
 _MAX_REDRAWS = 64
+
+
+class ReplaySettingsChanged(ValueError):
+    """A saved replay was made with other settings than this replay's: its layout or its
+    stored n-step returns would not fit, so it cannot be loaded."""
+
+    def __init__(self, saved: dict[str, Any], current: dict[str, Any]) -> None:
+        changes = [
+            f"{name} {saved.get(name)!r} -> {value!r}"
+            for name, value in current.items()
+            if saved.get(name) != value
+        ]
+        super().__init__(f"the saved replay was made with other settings ({', '.join(changes)})")
 
 
 @dataclass(frozen=True)
@@ -605,10 +624,9 @@ class ReplayBuffer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a ``state_dict`` of a replay with the same settings (beta aside)."""
-        if _with_stacked_keys(state["settings"]) != self._settings():
-            raise ValueError(
-                f"saved replay settings {state['settings']} differ from {self._settings()}"
-            )
+        saved = _with_stacked_keys(state["settings"])
+        if saved != self._settings():
+            raise ReplaySettingsChanged(saved, self._settings())
         state = _to_numpy(state)
         self._allocate()
         names = ["count", "has_tail", "actions", "rewards", "dones", "valids", "ready"]
@@ -644,7 +662,8 @@ def _with_stacked_keys(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _to_numpy(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        return value.numpy()
+        # A checkpoint loaded for a CUDA learner maps every tensor there, the replay's too.
+        return value.cpu().numpy()
     if isinstance(value, dict):
         return {k: _to_numpy(v) for k, v in value.items()}
     return value

@@ -12,6 +12,11 @@ with a bound, and every wait in here has one.
 Priority updates are queued by the learner and applied by the sampler thread, under the lock,
 before its next draw, so the learner never waits for a batch being decoded. An update for a
 transition overwritten in the meantime is dropped by ``ReplayBuffer.update_priorities``.
+
+With ``threaded=False`` (serial mode) there is no thread: the batches are drawn, in the same
+order and under the same rules, whenever the owner asks how many are ready or takes them. What
+is drawn then depends only on the calls made, never on a thread's timing, so a seeded run
+repeats itself and an exact resume (``state_dict``) continues it.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class BackgroundSampler:
         batch_size: int,
         seed: int | None,
         queue_size: int = 4,
+        threaded: bool = True,
     ):
         if batch_size < 1 or queue_size < 1:
             raise ValueError(
@@ -63,8 +69,10 @@ class BackgroundSampler:
         self._updates: deque[tuple[np.ndarray, np.ndarray]] = deque()
         self._closed = False
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="replay-sampler", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if threaded:
+            self._thread = threading.Thread(target=self._run, name="replay-sampler", daemon=True)
+            self._thread.start()
 
     def add(self, *args: object, timeout: float | None = None, **kwargs: object) -> bool:
         """``ReplayBuffer.add`` once the limiter allows an insert (the whole trajectory then
@@ -97,12 +105,17 @@ class BackgroundSampler:
         """Batches sampled and waiting (raises once the thread has failed)."""
         if self._error is not None:
             self._raise_if_closed()
+        if self._thread is None:
+            with self._cond:
+                self._draw_while_allowed()
         return len(self._ready)
 
     def take_ready(self, most: int) -> list[ReplayBatch]:
         """Up to `most` of the batches ready now, without waiting."""
         with self._cond:
             self._raise_if_closed()
+            if self._thread is None:
+                self._draw_while_allowed()
             batches = [self._ready.popleft() for _ in range(min(most, len(self._ready)))]
             self._cond.notify_all()
         return batches
@@ -116,11 +129,31 @@ class BackgroundSampler:
             self._updates.clear()
             self._cond.notify_all()
 
+    def state_dict(self) -> dict:
+        """What an exact resume adds to the replay's and the limiter's state: the random
+        stream, the batches drawn and not yet taken, the priority updates not yet applied."""
+        with self._cond:
+            return {
+                "rng": self._rng.bit_generator.state,
+                "ready": list(self._ready),
+                "updates": list(self._updates),
+            }
+
+    def load_extra_state(self, state: dict) -> None:
+        """After ``load_state_dict``: continue exactly where ``state_dict`` was taken."""
+        with self._cond:
+            self._rng.bit_generator.state = state["rng"]
+            self._ready = deque(state["ready"])
+            self._updates = deque(state["updates"])
+            self._cond.notify_all()
+
     def get(self, timeout: float | None = None) -> ReplayBatch:
         """The next ready batch; raises TimeoutError after ``timeout`` seconds without one,
         ``SamplerClosed`` once closed (carrying the thread's error, if it failed)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            if self._thread is None:
+                self._draw_while_allowed()
             while not self._ready:
                 self._raise_if_closed()
                 if not self._wait(deadline):
@@ -146,6 +179,8 @@ class BackgroundSampler:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+        if self._thread is None:
+            return
         self._thread.join(timeout)
         if self._thread.is_alive():
             raise RuntimeError(f"replay sampler thread did not stop within {timeout} s")
@@ -157,7 +192,10 @@ class BackgroundSampler:
         self.close()
 
     def _wait(self, deadline: float | None) -> bool:
-        """Wait on the condition until notified or the deadline; False once it has passed."""
+        """Wait on the condition until notified or the deadline; False once it has passed
+        (at once without a thread: nothing else would change what is waited for)."""
+        if self._thread is None:
+            return False
         if deadline is None:
             self._cond.wait()
             return True
@@ -186,17 +224,27 @@ class BackgroundSampler:
                         self._cond.wait()
                     if self._closed:
                         return
-                    self._apply_updates()
-                    # Under the lock: decoding reads frame slots that an add could overwrite.
-                    batch = self.replay.sample(self.batch_size, self._rng)
-                    self.limiter.sampled(self.batch_size)
-                    self._ready.append(batch)
-                    self._cond.notify_all()
+                    self._draw()
         except BaseException as error:  # handed to the learner through get(); never lost
             with self._cond:
                 self._error = error
                 self._closed = True
                 self._cond.notify_all()
+
+    def _draw_while_allowed(self) -> None:
+        """Without a thread: the draws the thread would have made by now."""
+        while not self._closed and self._can_sample():
+            self._draw()
+        self._apply_updates()
+
+    def _draw(self) -> None:
+        """One batch, under the lock (decoding reads frame slots that an add could overwrite),
+        after the priority updates queued before it."""
+        self._apply_updates()
+        batch = self.replay.sample(self.batch_size, self._rng)
+        self.limiter.sampled(self.batch_size)
+        self._ready.append(batch)
+        self._cond.notify_all()
 
     def _apply_updates(self) -> None:
         while self._updates:

@@ -40,6 +40,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 
+from sampleforge.buffers.replay import ReplaySettingsChanged
 from sampleforge.buffers.shared_weights import SharedPolicyWeights
 from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
@@ -214,10 +215,21 @@ class LearnerWorker:
         self.learner.load_state_dict(state)
         if self.sizer is not None and sizer_state is not None:
             self.sizer.load_state_dict(sizer_state)
-        if stager_state is not None:
+        if stager_state is None:
+            return str(path), self._refill_note(
+                "the checkpoint holds no replay (--save_replay false)"
+            )
+        try:
             self.stager.load_lasting_state(stager_state)
-            return str(path), None
-        return str(path), self.stager.unsaved_state_note()
+        except ReplaySettingsChanged as changed:
+            # Resuming with more envs or another replay size is allowed: the run goes on
+            # with the new settings and a replay refilled under them.
+            return str(path), self._refill_note(f"{changed}, so it is not loaded")
+        return str(path), None
+
+    def _refill_note(self, why: str) -> str | None:
+        refill = self.stager.unsaved_state_note()
+        return None if refill is None else f"{why}: {refill}"
 
     def poll(self, timeout: float) -> None:
         """Stage arrived trajectories and handle commands; train whenever a dataset is complete."""

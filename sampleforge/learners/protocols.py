@@ -138,10 +138,13 @@ class StagesData(Protocol):
         --save_replay; None: nothing worth keeping (slots and staged rows are not)."""
         ...
 
-    def load_lasting_state(self, state: dict) -> None: ...
+    def load_lasting_state(self, state: dict) -> None:
+        """Raises `buffers.replay.ReplaySettingsChanged`, having loaded nothing, where the
+        state was saved under other settings."""
+        ...
 
     def unsaved_state_note(self) -> str | None:
-        """What resuming from a checkpoint without this stager's state leaves out, for the log
+        """What resuming from a checkpoint without this stager's state means, for the log
         (None: nothing that matters)."""
         ...
 

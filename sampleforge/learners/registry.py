@@ -161,7 +161,10 @@ def _replay_parts(
     error_buffer = max(2.0 * ratio * transitions_per_slot * total_splits, 4.0 * cfg.batch_size)
     limiter = SampleToInsertRatio(ratio, cfg.learning_starts, error_buffer)
     seed = learner_seed(cfg.seed, site.policy_id) if cfg.seed is not None else None
-    sampler = BackgroundSampler(replay, limiter, batch_size=cfg.batch_size, seed=seed)
+    # Serial mode draws in the learner's turn: what is drawn never depends on a thread's timing.
+    sampler = BackgroundSampler(
+        replay, limiter, batch_size=cfg.batch_size, seed=seed, threaded=not cfg.serial_mode
+    )
     stager = ReplayStager(
         site.buffer,
         site.slots,

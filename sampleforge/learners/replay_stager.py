@@ -149,8 +149,8 @@ class ReplayStager:
 
     def unsaved_state_note(self) -> str | None:
         return (
-            "the checkpoint holds no replay (--save_replay false): it refills with "
-            f"{self.limiter.min_size_to_sample} transitions before training resumes"
+            f"the replay refills with {self.limiter.min_size_to_sample} transitions before "
+            "training resumes"
         )
 
     def take_lags(self) -> np.ndarray:
@@ -184,9 +184,15 @@ class ReplayStager:
         self.sampler.load_state_dict(state["replay"], state["limiter"])
 
     def state_dict(self) -> dict:
-        """Everything, slots to give back included (an exact resume in serial mode)."""
-        return {**self.lasting_state(), "to_return": list(self._to_return)}
+        """Everything, the sampler's random stream and drawn batches and the slots to give
+        back included (an exact resume in serial mode)."""
+        return {
+            **self.lasting_state(),
+            "sampler": self.sampler.state_dict(),
+            "to_return": list(self._to_return),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.load_lasting_state(state)
+        self.sampler.load_extra_state(state["sampler"])
         self._to_return = list(state["to_return"])

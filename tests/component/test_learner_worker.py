@@ -271,6 +271,21 @@ def test_a_saved_replay_goes_in_the_checkpoints_but_not_in_the_best_one(tmp_path
     assert exactly_equal(best["model"], checkpoint["model"])
 
 
+def test_a_saved_replay_made_with_other_settings_is_left_out_of_a_resume_which_says_so(tmp_path):
+    """More envs on a resume (other replay streams) once failed the learner at start with
+    a traceback, however often the run was resumed; now it refills the replay and says why."""
+    settings = dict(algorithm="dqn", batch_size=16, save_replay=True)
+    learner = Neighbours(tmp_path, **settings)
+    learner.run([SaveCheckpoint(final=False, mean_return=None)])
+    resumed = Neighbours(tmp_path, resume=True, **settings, num_envs_per_worker=8)
+    (ready,) = receive(resumed.reports, 0.1)
+    assert isinstance(ready, LearnerReady) and ready.resumed_from is not None
+    assert ready.note == (
+        "the saved replay was made with other settings (num_streams 4 -> 8), so it is not "
+        "loaded: the replay refills with 1000 transitions before training resumes"
+    )
+
+
 def test_trajectories_arriving_during_training_are_staged_and_their_slots_freed_at_once(
     learner,
 ):

@@ -20,7 +20,7 @@ _RUNS = {
 }
 
 
-def _cfg(tmp_path, steps, save_replay, algorithm):
+def _cfg(tmp_path, steps, save_replay, algorithm, device="cpu"):
     return make_config(
         algorithm=algorithm,
         experiment="run",
@@ -35,7 +35,7 @@ def _cfg(tmp_path, steps, save_replay, algorithm):
         # inserted before the restart is counted below.
         n_step=1,
         save_replay=save_replay,
-        device="cpu",
+        device=device,
         seed=5,
         report_every_sec=30,
         **_RUNS[algorithm],
@@ -87,3 +87,22 @@ def test_a_restart_continues_with_the_replay_only_when_it_was_saved(
         assert size_after >= size_before + trained - 64
     else:
         assert size_after <= trained + 64
+
+
+@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.timeout(240)
+def test_a_replay_saved_by_a_cuda_learner_is_resumed_by_one(tmp_path):
+    """The checkpoint is loaded onto the learner's device, the replay in it too: the replay
+    once failed to load there (a CUDA tensor has no numpy view), at every resume."""
+    with Runner(_cfg(tmp_path, 1_500, True, "dqn", device="cuda")) as runner:
+        first = runner.train()
+        version = runner.progress.policy_version[0]
+        size_before = runner.progress.last_stats["replay/size"]
+    with Runner(_cfg(tmp_path, first.env_steps + 1_000, True, "dqn", device="cuda")) as resumed:
+        resumed.start()
+        assert resumed.progress.policy_version[0] == version
+        second = resumed.train()
+        assert resumed.progress.last_stats["replay/size"] >= size_before + (
+            second.env_steps - first.env_steps - 64
+        )

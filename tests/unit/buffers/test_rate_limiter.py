@@ -68,6 +68,26 @@ def test_state_round_trips():
     )
 
 
+@pytest.mark.parametrize("saved_ratio, ratio", [(8.0, 2.0), (1.0, 8.0)], ids=["lower", "higher"])
+def test_a_resume_at_another_ratio_goes_on_from_the_saved_balance_not_its_counts(
+    saved_ratio, ratio
+):
+    """A resume with a new samples_per_insert once kept the counts: the balance moved by the
+    change times every insert so far, and one side stalled for as long as the run had gone
+    (no update for a million inserts at the lower ratio, no env step at the higher)."""
+    saved = SampleToInsertRatio(saved_ratio, min_size_to_sample=1000, error_buffer=64.0)
+    _run(saved, insert_speed=64, sample_speed=64 * 32, ticks=20_000)
+    resumed = SampleToInsertRatio(ratio, min_size_to_sample=1000, error_buffer=64.0)
+    resumed.load_state_dict(saved.state_dict())
+    assert resumed.inserts == saved.inserts > 100_000
+    assert resumed.samples_allowed() == saved.samples_allowed()  # unspent samples kept
+    assert resumed.inserts_allowed() > 0
+    inserts, samples = resumed.inserts, resumed.samples
+    _run(resumed, insert_speed=64, sample_speed=64 * 32, ticks=1_000)
+    new_inserts, new_samples = resumed.inserts - inserts, resumed.samples - samples
+    assert new_inserts > 10_000 and new_samples / new_inserts == pytest.approx(ratio, rel=0.01)
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [

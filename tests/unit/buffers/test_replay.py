@@ -600,3 +600,43 @@ def test_the_background_sampler_closes_while_waiting_and_reports_its_failure():
     sampler.close(timeout=2)
     with pytest.raises(ValueError, match="finite"):
         sampler.update_priorities(np.array([0]), np.array([np.nan]))
+
+
+def _threadless_run(sampler: BackgroundSampler, streams: SyntheticStreams, rounds: int) -> list:
+    """Insert, take what is ready and write priorities back, `rounds` times."""
+    indices = []
+    for _ in range(rounds):
+        sampler.insert(**streams.trajectory(4))
+        for batch in sampler.take_ready(2):
+            indices.append(batch.indices.tolist())
+            sampler.update_priorities(batch.indices, np.abs(batch.returns) + 0.1)
+    return indices
+
+
+def test_without_a_thread_the_draws_follow_the_calls_alone_and_a_saved_state_continues_them():
+    """Serial mode: a seeded run repeats itself and an exact resume continues it (with the
+    thread, what is drawn when depends on its timing)."""
+
+    def make() -> BackgroundSampler:
+        limiter = SampleToInsertRatio(4.0, min_size_to_sample=16, error_buffer=64.0)
+        replay = _replay(2, slots=64, prioritized=True, alpha=0.6)
+        return BackgroundSampler(replay, limiter, batch_size=8, seed=3, threaded=False)
+
+    threads_before = threading.active_count()
+    first, second = make(), make()
+    assert threading.active_count() == threads_before
+    assert _threadless_run(first, SyntheticStreams(2, seed=1), 12) == _threadless_run(
+        second, SyntheticStreams(2, seed=1), 12
+    )
+    streams = SyntheticStreams(2, seed=1)
+    straight, halves = make(), make()
+    drawn = _threadless_run(straight, streams, 12)
+    assert len(drawn) >= 12
+    again = SyntheticStreams(2, seed=1)
+    head = _threadless_run(halves, again, 6)
+    resumed = make()
+    resumed.load_state_dict(halves.replay.state_dict(), halves.limiter.state_dict())
+    resumed.load_extra_state(halves.state_dict())
+    assert head + _threadless_run(resumed, again, 6) == drawn
+    with pytest.raises(TimeoutError):  # nothing else would ever make a batch: no wait
+        make().get(timeout=10.0)
