@@ -217,6 +217,7 @@ class Algorithm:
         workers before this returns; before the first `train` they are kept and applied when
         the workers start. Only weights change: optimizer state and counters stay.
         """
+        self._check_open()
         state_dicts = {p: self._checked_weights(p, source) for p, source in parameters.items()}
         for p, state_dict in state_dicts.items():
             self._policy(p, refresh=False).load_state_dict(state_dict)
@@ -238,6 +239,7 @@ class Algorithm:
         ValueError, before anything is sent, for an unknown name or a value its setting does
         not allow; refused with `with_pbt`, whose population sets these values itself.
         """
+        self._check_open()
         if self.cfg.with_pbt:
             raise ValueError(
                 "set_hyperparameters: with_pbt=True: the population sets the hyperparameters; "
@@ -364,11 +366,20 @@ class Algorithm:
         )
 
     # --- helpers --------------------------------------------------------------------------------
-    def _ensure_started(self) -> Runner:
+    def _check_open(self) -> None:
         if not self._finalizer.alive:
             raise RuntimeError(f"{type(self).__name__} is closed")
+
+    def _ensure_started(self) -> Runner:
+        self._check_open()
         if not self._started:
-            self._runner.start()
+            try:
+                self._runner.start()
+            except BaseException:
+                # The failed start closed the runner and let go of the experiment: so is
+                # this object, or it would start again on an experiment no longer its own.
+                self._finalizer()
+                raise
             self._started = True
             if self._pending:
                 self._runner.load_weights(self._pending)
@@ -402,6 +413,13 @@ class Algorithm:
                 f"checkpoint, model file or checkpoint folder, got {type(source).__name__}"
             )
         state_dict = {k: torch.as_tensor(v).detach().cpu().clone() for k, v in source.items()}
+        for name, tensor in state_dict.items():
+            # Published before any checkpoint would check them: NaN weights would reach the
+            # inference workers and fail the run there.
+            if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                raise ValueError(
+                    f"parameters for policy {policy_id}: {name} holds non-finite values"
+                )
         env = self._runner.env
         probe = LocalPolicy.build(self.cfg, env.observation_space, env.action_space)
         try:

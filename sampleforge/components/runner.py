@@ -187,7 +187,12 @@ class Runner:
         """Allocate shared memory and queues, start every component, wait until all run.
 
         SIGINT/SIGTERM during `start` and `train` end them cleanly (`Interrupts`); between
-        calls the caller's own handlers are in place."""
+        calls the caller's own handlers are in place. A runner is started once: a start that
+        failed closed it, the experiment's lock released, and a closed runner stays closed."""
+        if self._closed:
+            raise RuntimeError(
+                "this runner is closed (closed, or its start failed): make a new one"
+            )
         with self._interrupts.handled(), self._component_threads():
             self._start()
 
@@ -302,6 +307,12 @@ class Runner:
             self._stopped_by = self._interrupts.requested
             if self.cfg.serial_mode and self.cfg.serial_snapshot:  # before anything reacts
                 snapshot = self._save_serial_snapshot()
+        except BaseException:
+            # A callback's error (or a failed component): nothing samples or trains on with
+            # nobody reading its reports while the caller decides; the last checkpoint stands.
+            with contextlib.suppress(Exception):
+                self.wiring.send_to_samplers_and_learners(Pause())
+            raise
         finally:
             bar.close()
             self._training = False

@@ -8,6 +8,7 @@ a model of their own use serial mode (no processes) where processes are beside t
 
 import gc
 import math
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -16,9 +17,11 @@ import torch
 
 from sampleforge import A3C, APPO, IMPALA
 from sampleforge.checkpoint import CheckpointStore
+from sampleforge.components.runner import TrainingError
 from sampleforge.config import ConfigError
 from sampleforge.envs import EnvContext, UnknownEnvError
 from sampleforge.telemetry import TrainingStatus
+from sampleforge.testing import register_faulty_env
 from sampleforge.testing.processes import is_alive
 
 pytestmark = pytest.mark.timeout(180)
@@ -119,6 +122,29 @@ def test_set_parameters_rejects_bad_input(model, trained):
         model.set_parameters({1: model.get_parameters()[0]})
     with pytest.raises(ValueError, match="do not fit"):
         model.set_parameters({0: {"value_head.weight": torch.zeros(1, 64)}})
+    weights = model.get_parameters()[0]
+    name = next(iter(weights))
+    weights[name][0] = float("nan")  # once published, then failing the learner and inference
+    with pytest.raises(ValueError, match=f"policy 0: {name} holds non-finite values"):
+        model.set_parameters({0: weights})
+    assert model.train(1_000).stopped_because == "train_for_env_steps"
+
+
+def test_a_failed_start_closes_the_model_and_a_closed_model_refuses_every_change(tmp_path):
+    """A failed start released the experiment's lock: the object once started again on it,
+    beside a second object on the same experiment, two runs writing one folder."""
+    env = register_faulty_env("api_broken_init", fault="raise_in_init_in_workers")
+    broken = APPO(env, num_workers=1, num_envs_per_worker=2, train_dir=str(tmp_path), **FAST)
+    with pytest.raises(TrainingError, match="could not be created in worker"):
+        broken.train(1_000)
+    with pytest.raises(RuntimeError, match="APPO is closed"):
+        broken.train(1_000)
+    for change in (
+        lambda: broken.set_parameters({0: {}}),
+        lambda: broken.set_hyperparameters({"learning_rate": 1e-4}),
+    ):
+        with pytest.raises(RuntimeError, match="APPO is closed"):
+            change()
 
 
 def test_save_then_load_gives_same_returns(model, trained, tmp_path):
@@ -154,6 +180,30 @@ def test_callback_sees_status_and_stops_training(model, trained):
         16_000, callback=lambda s: marks.append(s.env_steps), callback_every_env_steps=4_000
     )
     assert len(marks) >= 2 and marks == sorted(marks)
+
+
+def test_a_callback_that_raises_leaves_the_run_paused_and_trainable(model, trained):
+    """The callback's error propagates, and nothing trains on behind the caller's back (the
+    components once went on sampling and training, unpaused and unread, until the next call
+    or the report queue filled)."""
+
+    class CallbackFailed(Exception):
+        pass
+
+    def fails(status: TrainingStatus) -> None:
+        if status.env_steps_this_call >= 4_000:
+            raise CallbackFailed
+
+    with pytest.raises(CallbackFailed):
+        model.train(1_000_000, callback=fails)
+    time.sleep(1.0)  # a dataset in training when the error came may still finish
+    before = model.get_parameters()[0]
+    time.sleep(2.0)
+    assert _equal(model.get_parameters()[0], before)
+    steps = model.env_steps
+    summary = model.train(4_000)
+    assert summary.stopped_because == "train_for_env_steps"
+    assert steps + 4_000 <= summary.env_steps < steps + 40_000
 
 
 def test_collected_model_stops_its_workers(tmp_path):
