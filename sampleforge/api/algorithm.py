@@ -54,7 +54,7 @@ from sampleforge.config import Config, ConfigError, config_fields, config_to_dic
 from sampleforge.config.validation import suggest_name
 from sampleforge.envs.registry import UnknownEnvError
 from sampleforge.evaluation.episodes import DEFAULT_NUM_ENVS, EvaluationResult, run_episodes
-from sampleforge.evaluation.local_policy import LocalPolicy
+from sampleforge.evaluation.local_policy import LocalPolicy, WeightsDoNotFit
 from sampleforge.evaluation.policy_files import (
     IMPORTING_SETTINGS,
     MACHINE_LOCAL_SETTINGS,
@@ -424,11 +424,8 @@ class Algorithm:
         probe = LocalPolicy.build(self.cfg, env.observation_space, env.action_space)
         try:
             probe.load_state_dict(state_dict)
-        except RuntimeError as err:
-            raise ValueError(
-                f"parameters for policy {policy_id} do not fit this model's "
-                f"network: {str(err).splitlines()[0]} {_first_problem(err)}"
-            ) from None
+        except WeightsDoNotFit as err:
+            raise ValueError(f"parameters for policy {policy_id} {err}") from None
         return state_dict
 
     def _check_policy_id(self, policy_id: int) -> None:
@@ -588,8 +585,3 @@ def _unique_experiment(algorithm: str, env: str) -> str:
     """A new experiment folder name: algorithm, env, time and a random suffix."""
     safe_env = re.sub(r"[^A-Za-z0-9_.-]", "_", env)
     return f"{algorithm}_{safe_env}_{time.strftime('%Y%m%d-%H%M%S')}_{uuid.uuid4().hex[:6]}"
-
-
-def _first_problem(err: RuntimeError) -> str:
-    lines = [line.strip() for line in str(err).splitlines()[1:] if line.strip()]
-    return f"({lines[0]})" if lines else ""

@@ -41,6 +41,9 @@ FROZEN_ON_RESUME = (
     "rollout",
     "num_policies",
     "num_frozen_opponents",
+    # The continuous-control critics: the learner's networks, beside the policy's.
+    "num_critics",
+    "critic_hidden_sizes",
 ) + MODEL_SETTINGS
 
 

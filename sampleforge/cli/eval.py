@@ -6,7 +6,11 @@ import argparse
 import json
 import sys
 
-from sampleforge.cli.policy_source import add_policy_arguments, input_errors, policy_from_args
+from sampleforge.cli.policy_source import (
+    add_policy_arguments,
+    input_errors,
+    local_policy_from_args,
+)
 from sampleforge.cli.signals import stop_on_signals
 from sampleforge.config.cli_args import add_switch
 
@@ -40,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"sampleforge: --num_processes {args.num_processes} must be >= 1", file=sys.stderr)
         return 2
     try:
-        source = policy_from_args(args)
+        source, _, _ = local_policy_from_args(args)  # weights that do not fit: one line here
     except input_errors() as e:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2

@@ -20,6 +20,7 @@ from sampleforge.config.cli_args import add_config_arguments, config_from_args
 from sampleforge.envs.registry import EnvSpec, resolve_env
 from sampleforge.evaluation.policy_files import (
     CHECKPOINT_CHOICES,
+    PolicyFileError,
     find_checkpoint,
     read_experiment_config,
     read_weights_file,
@@ -78,7 +79,7 @@ def local_policy_from_args(args: argparse.Namespace):
     Raises the `input_errors()` with a one-line message.
     """
     from sampleforge.envs.registry import make_env
-    from sampleforge.evaluation import LocalPolicy
+    from sampleforge.evaluation import LocalPolicy, WeightsDoNotFit
 
     source = policy_from_args(args)
     probe = make_env(source.env_spec)
@@ -87,6 +88,11 @@ def local_policy_from_args(args: argparse.Namespace):
             source.cfg, probe.observation_space, probe.action_space, state_dict=source.state_dict
         )
         return source, policy, dict(probe.metadata)
+    except WeightsDoNotFit as err:
+        raise PolicyFileError(
+            f"the weights of {source.checkpoint} {err}: is it from another experiment, or "
+            "does a flag change the model?"
+        ) from None
     finally:
         probe.close()
 

@@ -14,7 +14,7 @@ from sampleforge.evaluation.episodes import (
     episode_seed,
     run_episodes,
 )
-from sampleforge.evaluation.local_policy import LocalPolicy
+from sampleforge.evaluation.local_policy import LocalPolicy, WeightsDoNotFit
 from sampleforge.evaluation.parallel import evaluate_in_processes
 from sampleforge.evaluation.policy_files import (
     CHECKPOINT_CHOICES,
@@ -36,6 +36,7 @@ __all__ = [
     "PolicyFileError",
     "SavedPolicy",
     "VideoRecorder",
+    "WeightsDoNotFit",
     "episode_seed",
     "evaluate_in_processes",
     "find_checkpoint",

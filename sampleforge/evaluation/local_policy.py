@@ -23,6 +23,20 @@ from sampleforge.models.policy import Policy
 from sampleforge.spaces import actions_to_env, observation_array, observation_to_dict
 
 
+class WeightsDoNotFit(ValueError):
+    """Weights whose names or shapes are not those of the network a config describes."""
+
+
+def load_fitting(model: torch.nn.Module, state_dict: Mapping[str, torch.Tensor]) -> None:
+    """`model.load_state_dict`, with a mismatch as a one-line WeightsDoNotFit."""
+    try:
+        model.load_state_dict(state_dict)
+    except RuntimeError as err:
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        first = f" ({lines[1]})" if len(lines) > 1 else ""
+        raise WeightsDoNotFit(f"do not fit this model's network: {lines[0]}{first}") from None
+
+
 class LocalPolicy:
     """A policy network in this process, with the spaces it acts in."""
 
@@ -47,7 +61,7 @@ class LocalPolicy:
         """The network `cfg` describes, with `state_dict` loaded if given."""
         model = make_policy_model(cfg, observation_space, action_space)
         if state_dict is not None:
-            model.load_state_dict(state_dict)
+            load_fitting(model, state_dict)
         return cls(
             model=model.to(device), observation_space=observation_space, action_space=action_space
         )
@@ -62,8 +76,9 @@ class LocalPolicy:
         return torch.zeros(batch_size, self.rnn_state_size, device=self.device)
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Replace the weights (the layout must match the config the policy was built from)."""
-        self.model.load_state_dict(state_dict)
+        """Replace the weights (the layout must match the config the policy was built from:
+        WeightsDoNotFit otherwise)."""
+        load_fitting(self.model, state_dict)
 
     @torch.inference_mode()
     def act(

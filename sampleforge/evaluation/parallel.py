@@ -2,14 +2,16 @@
 the policy.
 
 Responsibility: spread episode indices over worker processes and gather their results. Each
-process builds the policy once (from the config and a state dict) and plays its share of
-episodes with `EpisodeRunner`; episode ``i`` is seeded the same way wherever it runs, so a
+process builds the policy once, in its first task (from the config and a state dict), and plays
+its share of episodes with `EpisodeRunner`; episode ``i`` is seeded the same way wherever it runs, so a
 deterministic policy gives the same numbers as an in-process evaluation.
 
 Must not: train, read checkpoints (the caller passes weights), or outlive the call. Its
 processes ignore SIGINT: a Ctrl-C at a terminal reaches the whole process group, and a worker
 that died of it would be replaced by the pool while its episodes were lost, so that the call
-never returned. The caller alone acts on it; leaving the pool terminates the workers.
+never returned. The caller alone acts on it; leaving the pool terminates the workers. For the
+same reason nothing that can fail runs in the pool's initializer: the pool replaces a process
+whose initializer raised and runs it again, for ever; a task's error comes back to `map`.
 """
 
 from __future__ import annotations
@@ -59,8 +61,8 @@ def evaluate_in_processes(
         raise ValueError(f"num_processes: {num_processes} must be >= 1 (or None: one per core)")
     processes = min(num_processes or os.cpu_count() or 1, num_episodes)
     weights = {k: v.detach().cpu() for k, v in state_dict.items()}
+    policy = _build_policy(cfg, env_spec, weights)  # weights that do not fit fail here, at once
     if processes == 1:
-        policy = _build_policy(cfg, env_spec, weights)
         return run_episodes(
             policy,
             env_spec,
@@ -103,7 +105,8 @@ def _init_process(
     leave_signals_to_the_parent(survive_sigterm=False)  # `Pool.terminate` sends SIGTERM
     torch.set_num_threads(1)  # the pool has one process per core already
     _process_state.update(
-        policy=_build_policy(cfg, env_spec, weights),
+        cfg=cfg,
+        weights=weights,
         env_spec=env_spec,
         seed=seed,
         deterministic=deterministic,
@@ -113,6 +116,8 @@ def _init_process(
 
 def _play(episodes: list[int]) -> list[tuple[int, float, int]]:
     state = _process_state
+    if "policy" not in state:  # this process's first task (see the module doc)
+        state["policy"] = _build_policy(state["cfg"], state["env_spec"], state.pop("weights"))
     if state["seed"] is not None:
         # Stochastic sampling differs per chunk, repeatably.
         torch.manual_seed(state["seed"] + 7919 * (episodes[0] + 1))

@@ -35,6 +35,23 @@ def test_enjoy_without_an_experiment_is_bad_input(tmp_path, capsys):
     assert "is not an experiment folder" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["eval", "enjoy", "export"])
+def test_weights_that_do_not_fit_the_model_are_bad_input_in_one_line(
+    experiment, capsys, tmp_path, command
+):
+    """A flag that changes the network (or another experiment's checkpoint): exit 2 with one
+    line. `eval` over processes once hung for ever: the pool rebuilt each process whose
+    initializer failed to load the weights."""
+    extra = {"eval": ["--num_processes", "2"], "enjoy": ["--max_num_episodes", "1"]}
+    extra["export"] = ["--output", str(tmp_path / "policy.onnx")]
+    args = [command, *experiment_flags(experiment), "--mlp_hidden_sizes", "32", *extra[command]]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "do not fit this model's network" in err and "Unexpected key(s)" in err
+    assert not (tmp_path / "policy.onnx").exists()
+
+
 def test_eval_in_processes_matches_one_process(experiment, capsys):
     args = ["eval", *experiment_flags(experiment), "--eval_episodes", "6", "--seed", "4", "--json"]
     assert main([*args, "--num_processes", "2"]) == 0

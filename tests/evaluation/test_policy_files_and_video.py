@@ -9,10 +9,12 @@ import torch
 from sampleforge.checkpoint import CheckpointStore
 from sampleforge.config import make_config
 from sampleforge.envs import env_info, resolve_env
+from sampleforge.envs.registry import make_env
 from sampleforge.evaluation import (
     LocalPolicy,
     PolicyFileError,
     VideoRecorder,
+    WeightsDoNotFit,
     evaluate_in_processes,
     find_checkpoint,
     load_saved_policy,
@@ -20,6 +22,8 @@ from sampleforge.evaluation import (
     run_episodes,
     save_model_file,
 )
+from sampleforge.testing import register_faulty_env
+from sampleforge.testing.faulty_envs import InjectedFault
 
 
 def _policy(cfg, seed=0):
@@ -73,6 +77,29 @@ def test_process_pool_gives_the_in_process_results(tmp_path):
     assert pooled == local
     with pytest.raises(ValueError, match="num_processes: 0"):
         evaluate_in_processes(cfg, spec, policy.model.state_dict(), num_episodes=2, num_processes=0)
+
+
+@pytest.mark.timeout(120)
+def test_a_pool_whose_processes_cannot_build_the_policy_fails_instead_of_hanging(tmp_path):
+    """The pool once built the policy in its initializer: a failure there makes the pool
+    replace the process and run the initializer again, for ever."""
+    env = register_faulty_env("eval_broken_init", fault="raise_in_init_in_workers")
+    cfg = make_config(env=env)
+    spec = resolve_env(env)
+    weights = LocalPolicy.build(cfg, *_spaces(spec)).model.state_dict()
+    with pytest.raises(InjectedFault, match="construction of FaultyEnv failed"):
+        evaluate_in_processes(cfg, spec, weights, num_episodes=4, num_processes=2)
+    other = make_config(env=env, mlp_hidden_sizes=(8,))
+    with pytest.raises(WeightsDoNotFit, match="Unexpected key"):  # in this process, at once
+        evaluate_in_processes(other, spec, weights, num_episodes=4, num_processes=2)
+
+
+def _spaces(spec):
+    env = make_env(spec)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
 
 
 def test_video_recorder_writes_every_frame(tmp_path):

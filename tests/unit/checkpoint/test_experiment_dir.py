@@ -113,6 +113,8 @@ def test_unrelated_files_do_not_count_as_checkpoints(tmp_path):
         ("mlp_hidden_sizes", (64, 64), (32, 32)),
         ("algorithm", "appo", "impala"),
         ("drop_obs_keys", "", "mission"),
+        ("num_critics", 2, 3),
+        ("critic_hidden_sizes", (256, 256), (64,)),
     ],
 )
 def test_changing_frozen_setting_is_refused(tmp_path, field, old, new):
