@@ -40,7 +40,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"sampleforge: {e}", file=sys.stderr)
         return 2
     output = Path(args.output) if args.output else source.experiment_dir / "policy.onnx"
-    info = export_onnx(policy.model, output, opset_version=args.opset or DEFAULT_OPSET)
+    try:
+        info = export_onnx(policy.model, output, opset_version=args.opset or DEFAULT_OPSET)
+    except ValueError as e:  # an opset the exporter does not write, a folder as --output
+        print(f"sampleforge: {e}", file=sys.stderr)
+        return 2
     print(f"policy: {source.checkpoint}")
     print(
         f"wrote {info.path}: inputs {', '.join(info.input_names)}; outputs "

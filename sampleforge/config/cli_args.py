@@ -55,22 +55,31 @@ class ConfigArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> typing.NoReturn:
         if message.startswith("unrecognized arguments:"):
-            bad = [w for w in message.split(":", 1)[1].split() if w.startswith("--")]
-            hints = "".join(suggest_name(w.split("=")[0], self._known_flags()) for w in bad[:1])
-            message = f"{message}{hints}"
+            bad = [w.split("=")[0] for w in message.split(":", 1)[1].split() if w.startswith("--")]
+            message = f"{message}{self._hint(bad[0]) if bad else ''}"
         # One line, not argparse's usage first: a training command's usage lists every flag.
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def _hint(self, flag: str) -> str:
+        """Which subcommands have `flag` (it is no typo there), or the closest known flag."""
+        owners = [name for name, flags in self._subcommand_flags().items() if flag in flags]
+        if owners:
+            return f" ({flag} is a flag of {', '.join(f'{self.prog} {o}' for o in owners)})"
+        return suggest_name(flag, self._known_flags())
+
+    def _subcommand_flags(self) -> dict[str, list[str]]:
+        return {
+            name: [s for a in sub._actions for s in a.option_strings]
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name, sub in action.choices.items()
+        }
 
     def _known_flags(self) -> list[str]:
         """Every flag of this parser and of its subcommands (unknown flags of a subcommand
         are reported by the top-level parser)."""
-        flags: list[str] = []
-        for action in self._actions:
-            flags.extend(action.option_strings)
-            if isinstance(action, argparse._SubParsersAction):
-                for sub in action.choices.values():
-                    flags.extend(s for a in sub._actions for s in a.option_strings)
-        return flags
+        flags = [s for action in self._actions for s in action.option_strings]
+        return flags + [s for sub in self._subcommand_flags().values() for s in sub]
 
 
 def bool_arg(value: str) -> bool:

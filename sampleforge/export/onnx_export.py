@@ -37,6 +37,7 @@ convert actions to the env's format (``spaces.actions_to_env`` does that on the 
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,18 @@ from sampleforge.models.q_policy import QPolicy
 from sampleforge.spaces import TensorSpec
 
 DEFAULT_OPSET = 17
+
+
+def supported_opsets() -> range:
+    """The opset versions torch's TorchScript-based exporter (the one used here) writes."""
+    try:
+        from torch.onnx import _constants as onnx_constants
+
+        return range(
+            onnx_constants.ONNX_MIN_OPSET, onnx_constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET + 1
+        )
+    except (ImportError, AttributeError):  # a private module: the versions known to work
+        return range(DEFAULT_OPSET, DEFAULT_OPSET + 1)
 
 
 class _Core(Protocol):
@@ -197,12 +210,31 @@ def _zero_inputs(step: _Step, batch_size: int) -> tuple[torch.Tensor, ...]:
 def export_onnx(
     model: Policy, path: Path | str, *, opset_version: int = DEFAULT_OPSET
 ) -> OnnxExport:
-    """Write `model`'s acting step to `path` as ONNX (see the module docstring for the I/O).
-    Raises TypeError for a network export has no step for."""
-    step = acting_step(model.cpu().eval()).eval()
+    """Write `model`'s acting step to `path` as ONNX (see the module docstring for the I/O),
+    whole or not at all (a temporary file, renamed). Raises TypeError for a network export has
+    no step for, ValueError for an opset the exporter does not write or a folder as `path`."""
+    opsets = supported_opsets()
+    if opset_version not in opsets:
+        raise ValueError(
+            f"opset {opset_version}: the exporter writes opsets {opsets.start}-{opsets.stop - 1}"
+        )
     path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder: give the path of the .onnx file to write")
+    step = acting_step(model.cpu().eval()).eval()
     path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(f".{path.name}.part")
     names = step.input_names + step.output_names
+    try:
+        _write(step, part, names, opset_version)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    os.replace(part, path)
+    return OnnxExport(path=path, input_names=step.input_names, output_names=step.output_names)
+
+
+def _write(step: _Step, path: Path, names: tuple[str, ...], opset_version: int) -> None:
     with torch.no_grad(), warnings.catch_warnings():
         # The TorchScript-based exporter: it needs no extra package and handles the GRU/LSTM
         # cores; torch marks it deprecated in favour of the onnxscript-based one.
@@ -220,4 +252,3 @@ def export_onnx(
             dynamic_axes={name: {0: "batch"} for name in names},
             opset_version=opset_version,
         )
-    return OnnxExport(path=path, input_names=step.input_names, output_names=step.output_names)

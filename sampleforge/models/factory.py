@@ -161,6 +161,16 @@ def check_model_fits_env(cfg: Config, env) -> None:
         make_policy_model(cfg, env.observation_space, env.action_space)
     except ConfigError:
         raise  # an unknown encoder: its own one-line message
+    except (RuntimeError, MemoryError) as e:
+        if isinstance(e, RuntimeError) and "allocate" not in str(e):
+            raise
+        raise ConfigError(
+            [
+                f"the model these settings describe does not fit in memory ({_one_line(e)}): "
+                f"check its sizes (mlp_hidden_sizes {list(cfg.mlp_hidden_sizes)}, rnn_size "
+                f"{cfg.rnn_size})"
+            ]
+        ) from None
     except (ValueError, TypeError) as e:
         fit = _algorithms_that_fit(cfg, env)
         if fit:  # the settings suit the env; this algorithm's network does not

@@ -24,3 +24,14 @@ def test_an_unknown_training_flag_is_one_line_with_a_hint(capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "unrecognized arguments: --num_worker 3" in line
     assert "did you mean '--num_workers'" in line and "see sampleforge --help" in line
+
+
+def test_a_flag_of_another_command_is_named_as_such_not_suggested_as_itself(capsys):
+    """`enjoy --num_processes` once got "did you mean '--num_processes'?": the hint looked
+    through every command's flags and found the very flag refused."""
+    with pytest.raises(SystemExit) as info:
+        main(["enjoy", "--num_processes", "1"])
+    assert info.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "(--num_processes is a flag of sampleforge eval)" in line
+    assert "did you mean" not in line

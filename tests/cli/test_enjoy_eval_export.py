@@ -100,3 +100,25 @@ def test_export_onnx_matches_pytorch(experiment, capsys, tmp_path):
     np.testing.assert_allclose(actual[2], expected[2], atol=1e-5)  # values
     greedy, _ = policy.predict(obs, deterministic=True)
     np.testing.assert_array_equal(actual[0][:, 0], greedy)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.onnx"]  # no part file left
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--opset", "3"], "opset 3: the exporter writes opsets 7-"),
+        (["--output", "{folder}"], "is a folder: give the path of the .onnx file to write"),
+    ],
+    ids=["opset", "folder"],
+)
+def test_export_refuses_an_opset_it_cannot_write_and_a_folder_in_one_line(
+    experiment, capsys, tmp_path, flags, message
+):
+    flags = [flag.format(folder=tmp_path) for flag in flags]
+    args = ["export", *experiment_flags(experiment), *flags]
+    if "--output" not in flags:
+        args += ["--output", str(tmp_path / "policy.onnx")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -31,3 +31,10 @@ def test_a_conv_encoder_on_vector_observations_is_a_config_error() -> None:
     cfg = make_config(env="CartPole-v1", encoder="conv_simple", serial_mode=True)
     with pytest.raises(ConfigError, match="the model settings do not fit env 'CartPole-v1'"):
         check_model_fits_env(cfg, _env(gym.spaces.Discrete(2)))
+
+
+def test_a_model_too_large_to_allocate_is_a_config_error_naming_its_sizes() -> None:
+    """It once came out as torch's allocation traceback."""
+    cfg = make_config(env="CartPole-v1", rnn="gru", rnn_size=1_000_000, serial_mode=True)
+    with pytest.raises(ConfigError, match="does not fit in memory.*rnn_size 1000000"):
+        check_model_fits_env(cfg, _env(gym.spaces.Discrete(2)))
