@@ -41,7 +41,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import torch
 
@@ -61,6 +61,8 @@ FORMAT_VERSION_KEY = "format_version"
 BEST_NAME = "best.pt"
 BEST_INFO_NAME = "best.json"
 CHECKSUM_SUFFIX = ".sha256"
+
+T = TypeVar("T")
 TEMP_SUFFIX = ".tmp"
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
@@ -258,6 +260,13 @@ class CheckpointStore:
         checkpoints = self.list()
         return checkpoints[-1] if checkpoints else None
 
+    def latest_verified(self) -> Path | None:
+        """The newest checkpoint whose checksum verifies, skipping the others with a
+        ``RuntimeWarning`` as ``load_latest`` does, without loading it. None when there are
+        none at all; :class:`CheckpointError` when none verifies."""
+        found = self._newest_usable(_verify_checksum)
+        return None if found is None else found[1]
+
     # ----------------------------------------------------------------- load
 
     def load_latest(self, map_location: Any = "cpu") -> tuple[dict, Path] | None:
@@ -269,13 +278,18 @@ class CheckpointStore:
         :class:`CheckpointError` when checkpoints exist but none is usable, and
         :class:`CheckpointVersionError` on a newer format (never skipped).
         """
+        return self._newest_usable(lambda path: self.load(path, map_location=map_location))
+
+    def _newest_usable(self, use: Callable[[Path], T]) -> tuple[T, Path] | None:
+        """`use` of the newest checkpoint it does not refuse with a CheckpointError (a
+        CheckpointVersionError is never skipped), and that checkpoint."""
         candidates = self.list()
         if not candidates:
             return None
         skipped: list[tuple[Path, CheckpointError]] = []
         for path in reversed(candidates):
             try:
-                state = self.load(path, map_location=map_location)
+                result = use(path)
             except CheckpointVersionError:
                 raise
             except CheckpointError as err:
@@ -285,9 +299,9 @@ class CheckpointStore:
                 warnings.warn(
                     f"skipping unusable checkpoint {bad} ({reason}); falling back to {path.name}",
                     RuntimeWarning,
-                    stacklevel=2,
+                    stacklevel=3,
                 )
-            return state, path
+            return result, path
         details = "; ".join(f"{p.name}: {e}" for p, e in skipped)
         raise CheckpointError(
             f"all {len(skipped)} checkpoints in {self.directory} are unusable: {details}"

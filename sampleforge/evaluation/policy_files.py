@@ -111,7 +111,8 @@ def read_experiment_config(experiment_dir: Path | str) -> Config:
 
 
 def find_checkpoint(experiment_dir: Path | str, which: str = "latest", policy_id: int = 0) -> Path:
-    """The file of checkpoint `which` (latest, best, best_eval, or a path) of a policy."""
+    """The file of checkpoint `which` (latest: the newest that verifies; best, best_eval, or
+    a path) of a policy."""
     if which not in CHECKPOINT_CHOICES:
         path = Path(which)
         if not path.is_file():
@@ -121,7 +122,10 @@ def find_checkpoint(experiment_dir: Path | str, which: str = "latest", policy_id
         return path
     folder = policy_checkpoint_dir(Path(experiment_dir), policy_id)
     if which == "latest":
-        found = CheckpointStore(folder).latest()
+        try:  # the newest that verifies, as a resume takes
+            found = CheckpointStore(folder).latest_verified()
+        except CheckpointError as err:
+            raise PolicyFileError(str(err)) from None
     elif which == "best":
         found = CheckpointStore(folder).best_path
     else:

@@ -65,6 +65,25 @@ def test_experiment_folder_and_checkpoints(tmp_path):
         read_weights_file(tmp_path / "junk.pt")
 
 
+def test_the_latest_checkpoint_is_the_newest_that_verifies_as_for_a_resume(tmp_path):
+    """enjoy, eval, export and load(folder) once took the newest file unverified, and failed
+    on a corrupt one where a resume fell back to the one before."""
+    cfg = make_config(env="CartPole-v1")
+    weights = _policy(cfg).model.state_dict()
+    store = CheckpointStore(tmp_path / "checkpoints" / "p0")
+    for version in (1, 2):
+        store.save(
+            {"model": weights, "env_steps": version}, env_steps=version, policy_version=version
+        )
+    older, newest = store.list()
+    newest.write_bytes(newest.read_bytes()[:-10])  # truncated
+    with pytest.warns(RuntimeWarning, match=f"skipping unusable checkpoint {newest}"):
+        assert find_checkpoint(tmp_path) == older
+    older.write_bytes(b"")
+    with pytest.raises(PolicyFileError, match="all 2 checkpoints .* are unusable"):
+        find_checkpoint(tmp_path)
+
+
 @pytest.mark.timeout(120)
 def test_process_pool_gives_the_in_process_results(tmp_path):
     cfg = make_config(env="CartPole-v1")
