@@ -189,6 +189,12 @@ class Algorithm:
             raise ValueError(
                 f"train_for_env_steps: {train_for_env_steps!r} must be an integer >= 1"
             )
+        if seconds is not None and (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, numbers.Real)
+            or not float(seconds) > 0
+        ):
+            raise ValueError(f"seconds: {seconds!r} must be a number > 0 (or None)")
         runner = self._ensure_started()
         target = self.env_steps + int(train_for_env_steps)
         return runner.train(

@@ -293,6 +293,9 @@ def _value_range_problems(cfg: Config) -> list[str]:
     problem = experiment_name_problem(cfg.experiment_name)
     if problem:
         problems.append(f"experiment: {cfg.experiment_name!r} {problem}")
+    if not cfg.train_dir.strip():
+        # An empty path is the working directory: experiments would land wherever it is.
+        problems.append("train_dir: '' must be a folder path ('.' for the working directory)")
     return problems
 
 

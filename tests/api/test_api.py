@@ -232,6 +232,19 @@ def test_every_config_field_is_a_keyword_validated_like_the_cli(tmp_path):
         APPO("CartPol-v1", train_dir=str(tmp_path))
 
 
+@pytest.mark.parametrize("seconds", [-1, 0, float("nan"), "x", True])
+def test_a_bad_time_budget_is_refused_before_anything_starts(tmp_path, seconds):
+    """`seconds='x'` once failed as a TypeError after every process had started, and -1
+    trained nothing, silently."""
+    model = APPO("CartPole-v1", train_dir=str(tmp_path), **FAST)
+    try:
+        with pytest.raises(ValueError, match=f"seconds: {seconds!r} must be a number > 0"):
+            model.train(1_000, seconds=seconds)
+        assert not model.runner.started
+    finally:
+        model.close()
+
+
 def test_the_env_family_applies_unless_a_keyword_says_otherwise(tmp_path):
     from sampleforge.config.families import family_settings
     from sampleforge.config.sources import config_sources

@@ -450,3 +450,9 @@ def test_experiment_names_too_long_for_the_file_system_are_refused(tmp_path):
     assert exp.config_path.exists()
     with lock_experiment(_cfg(tmp_path, experiment=longest)) as lock:
         assert lock.path.exists()
+
+
+def test_an_empty_train_dir_is_refused_rather_than_taken_as_the_working_directory():
+    with pytest.raises(ConfigError, match=r"train_dir: '' must be a folder path \('\.' for"):
+        make_config(train_dir="")
+    assert make_config(train_dir=".").train_dir == "."
