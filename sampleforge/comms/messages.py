@@ -232,6 +232,16 @@ class CheckpointSaved:
 
 
 @dataclass(frozen=True)
+class CheckpointFailed:
+    """A checkpoint the learner could not write (a full disk, a lost mount): nothing of it is
+    on disk, and the ones before are intact."""
+
+    policy_id: int
+    error: str
+    final: bool
+
+
+@dataclass(frozen=True)
 class InferenceReport:
     """Batches served and where time went since the last report."""
 

@@ -46,6 +46,7 @@ from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import CheckpointStore
 from sampleforge.comms.messages import (
+    CheckpointFailed,
     CheckpointSaved,
     CopyPolicy,
     HandOverCheck,
@@ -506,15 +507,23 @@ class LearnerWorker:
         if self.sizer is not None:
             state[SIZER_KEY] = self.sizer.state_dict()
         lasting = self.stager.lasting_state() if self.cfg.save_replay else None
-        path = self.store.save(
-            state if lasting is None else {**state, STAGER_KEY: lasting},
-            env_steps=self.learner.env_steps,
-            policy_version=self.learner.policy_version,
-            mean_return=msg.mean_return,
-            # The best checkpoint is for its weights (enjoy, eval, export): without the replay,
-            # which would otherwise be on disk once more at every new best.
-            best_state=None if lasting is None else state,
-        )
+        try:
+            path = self.store.save(
+                state if lasting is None else {**state, STAGER_KEY: lasting},
+                env_steps=self.learner.env_steps,
+                policy_version=self.learner.policy_version,
+                mean_return=msg.mean_return,
+                # The best checkpoint is for its weights (enjoy, eval, export): without the
+                # replay, which would otherwise be on disk once more at every new best.
+                best_state=None if lasting is None else state,
+            )
+        except OSError as error:  # the store wrote nothing and deleted nothing
+            # The runner decides: a periodic checkpoint is tried again, a final one fails.
+            failed = CheckpointFailed(
+                self.policy_id, f"{error} ({self.store.directory})", msg.final
+            )
+            send_many(self.report_queue, [failed])
+            return
         send_many(
             self.report_queue,
             [CheckpointSaved(self.policy_id, str(path), self.learner.env_steps, msg.final)],

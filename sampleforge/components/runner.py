@@ -44,6 +44,7 @@ from sampleforge.comms.eval_messages import EvaluationFinished
 from sampleforge.comms.hosts import InlineHost, ProcessHost, spawn_problem
 from sampleforge.comms.interrupts import Interrupts
 from sampleforge.comms.messages import (
+    CheckpointFailed,
     CheckpointSaved,
     ComponentFailed,
     ComponentStarted,
@@ -440,6 +441,8 @@ class Runner:
             self._another_rank_finished = True
         elif isinstance(msg, EvaluationFinished) and self.evaluation is not None:
             self.evaluation.on_finished(msg, self.writer)
+        elif isinstance(msg, CheckpointFailed):
+            self._on_checkpoint_failed(msg)
         elif isinstance(msg, ComponentFailed):
             raise TrainingError(f"{msg.component} failed: {msg.error}", msg.traceback)
         elif not isinstance(msg, ComponentStopped):
@@ -494,6 +497,24 @@ class Runner:
         if msg.final:
             self._final_checkpoints[msg.policy_id] = msg.path
             log.info("final checkpoint of policy %d: %s", msg.policy_id, msg.path)
+
+    def _on_checkpoint_failed(self, msg: CheckpointFailed) -> None:
+        """A full disk need not end a long run: a periodic checkpoint is tried again at the
+        next period; a final one (the end of a call, new weights) fails the call."""
+        newest = self._newest_checkpoints.get(msg.policy_id) or "none yet"
+        if msg.final:
+            raise TrainingError(
+                f"the final checkpoint of policy {msg.policy_id} was not written: {msg.error}; "
+                f"the newest one written is {newest}"
+            )
+        log.warning(
+            "checkpoint of policy %d not written: %s; training goes on, the newest "
+            "checkpoint is %s, the next try in %.0f s",
+            msg.policy_id,
+            msg.error,
+            newest,
+            self.cfg.save_every_sec,
+        )
 
     def _save_episode_windows(self) -> None:
         if self._writes and len(self._newest_checkpoints) == self.cfg.num_policies:

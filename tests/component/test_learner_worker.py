@@ -5,6 +5,8 @@ The test fills slots of a real shared trajectory buffer as a rollout worker woul
 training reports, published weights, returned slots and checkpoints.
 """
 
+import errno
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,7 @@ from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer
 from sampleforge.checkpoint.store import CheckpointStore, checkpoint_info
 from sampleforge.comms.messages import (
+    CheckpointFailed,
     CheckpointSaved,
     HandOverCheck,
     LearnerReady,
@@ -241,6 +244,21 @@ def test_a_resumed_run_goes_on_at_the_dataset_size_it_had_grown_to(tmp_path):
     for worker in (resumed, again):
         assert worker.sizer.trajectories == grown
         assert worker.stager.dataset_trajectories == worker.gate.dataset_trajectories == grown
+
+
+def test_a_checkpoint_the_disk_cannot_take_is_reported_and_training_goes_on(learner):
+    """A full disk at a checkpoint once failed the learner, and with it a run of hours."""
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    learner.worker.store.save = disk_full
+    reports = learner.run([SaveCheckpoint(final=False, mean_return=None)])
+    (failed,) = [r for r in reports if isinstance(r, CheckpointFailed)]
+    assert not failed.final and "No space left on device" in failed.error
+    assert str(learner.checkpoint_dir) in failed.error
+    reports = learner.run([Resume(), *learner.a_dataset()])
+    assert any(isinstance(r, TrainingReport) for r in reports)
 
 
 def test_a_checkpoint_of_a_non_finite_model_is_refused_and_nothing_is_written(learner):
