@@ -61,14 +61,14 @@ FORMAT_VERSION_KEY = "format_version"
 BEST_NAME = "best.pt"
 BEST_INFO_NAME = "best.json"
 CHECKSUM_SUFFIX = ".sha256"
-
-T = TypeVar("T")
 TEMP_SUFFIX = ".tmp"
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
 _HASH_CHUNK = 1 << 20
 # Leaf types torch.load(weights_only=True) accepts without extra allow-listing.
 _PLAIN_LEAVES = (bool, int, float, str, type(None), torch.Tensor, torch.dtype, torch.device)
+
+T = TypeVar("T")  # what `_newest_usable` makes of a checkpoint
 
 
 class CheckpointError(RuntimeError):

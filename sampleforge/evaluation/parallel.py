@@ -2,9 +2,9 @@
 the policy.
 
 Responsibility: spread episode indices over worker processes and gather their results. Each
-process builds the policy once, in its first task (from the config and a state dict), and plays
-its share of episodes with `EpisodeRunner`; episode ``i`` is seeded the same way wherever it runs, so a
-deterministic policy gives the same numbers as an in-process evaluation.
+process builds the policy once, in its first task (from the config and a state dict), and
+plays its share of episodes with `EpisodeRunner`; episode ``i`` is seeded the same way wherever
+it runs, so a deterministic policy gives the same numbers as an in-process evaluation.
 
 Must not: train, read checkpoints (the caller passes weights), or outlive the call. Its
 processes ignore SIGINT: a Ctrl-C at a terminal reaches the whole process group, and a worker
