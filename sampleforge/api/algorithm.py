@@ -49,6 +49,7 @@ import torch
 from sampleforge.api.env_argument import EnvArgument, check_sendable, env_name
 from sampleforge.api.hyperparameters import check_hyperparameters, starting_hyperparameters
 from sampleforge.api.parameter_sources import read_parameter_source
+from sampleforge.comms.main_guard import raise_unless_main_guarded
 from sampleforge.components.runner import Runner
 from sampleforge.config import Config, ConfigError, config_fields, config_to_dict, make_config
 from sampleforge.config.validation import suggest_name
@@ -122,6 +123,7 @@ class Algorithm:
         cfg = make_config(env=name, algorithm=self.algorithm, **settings)
         if not cfg.serial_mode:
             check_sendable(env)
+            raise_unless_main_guarded(f"{type(self).__name__}(...)")
         self._runner = Runner(cfg)
         self._started = False
         self._pending: dict[int, StateDict] = {}

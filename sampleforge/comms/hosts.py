@@ -44,6 +44,7 @@ from sampleforge.comms.component_process import (
 )
 from sampleforge.comms.group_guard import GroupGuard, end_group
 from sampleforge.comms.interrupts import signals_deferred
+from sampleforge.comms.main_guard import raise_unless_main_guarded
 from sampleforge.comms.messages import ComponentStarted
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,7 @@ class ProcessHost:
                 self._end_group_of(old)
         args = (spec.name, spec.build, spec.kwargs, self.report_queue, spec.torch_threads)
         if self._guard is None:
+            raise_unless_main_guarded(f"starting {spec.name}")
             self._guard = GroupGuard()
         guard = self._guard  # a second Ctrl-C (`kill_all`) may close it meanwhile
         # Deferred: the fork server (if this starts it) and the child choose how to handle
