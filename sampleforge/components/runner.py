@@ -215,7 +215,11 @@ class Runner:
             )
         )
         self.supervisor = Supervisor(
-            cfg=self.cfg, host=self.host, wiring=self.wiring, is_training=lambda: self._training
+            cfg=self.cfg,
+            host=self.host,
+            wiring=self.wiring,
+            is_training=lambda: self._training,
+            has_started=lambda name: name not in self._not_started,
         )
         self.writer = MetricsWriter.for_run(self.cfg, self.exp.path)
         self.started = True

@@ -45,11 +45,20 @@ class _PendingReplacement:
 class Supervisor:
     """Watches the host's processes and the ledger's heartbeats; replaces what can be replaced."""
 
-    def __init__(self, *, cfg, host, wiring, is_training: Callable[[], bool]):
+    def __init__(
+        self,
+        *,
+        cfg,
+        host,
+        wiring,
+        is_training: Callable[[], bool],
+        has_started: Callable[[str], bool] = lambda name: True,
+    ):
         self.cfg = cfg
         self.host = host
         self.wiring = wiring
         self.is_training = is_training
+        self.has_started = has_started  # whether a component has reported its start
         self.specs = {spec.name: spec for spec in wiring.specs}
         self.restarts = {"rollout_worker": 0, "inference_worker": 0}
         self._pending: list[_PendingReplacement] = []
@@ -88,6 +97,13 @@ class Supervisor:
     def _on_death(self, name: str, code: int) -> None:
         kind = self.specs[name].kind
         if kind not in self.restarts:
+            if not self.has_started(name):
+                # Before its start nothing was trained since the checkpoint, and the same
+                # command would fail the same way: what to read is what the process printed.
+                raise ComponentDied(
+                    f"{name} exited while starting (exit code {code}), before it could report "
+                    "an error: what it printed above says why"
+                )
             raise ComponentDied(
                 f"{name} died (exit code {code}); the run cannot continue without "
                 "it. The last checkpoint is intact: run the same command to "

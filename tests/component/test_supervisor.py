@@ -95,8 +95,13 @@ class Setup:
             supervisor_module, "time", types.SimpleNamespace(monotonic=self.clock.monotonic)
         )
         self.training = True
+        self.not_started: set[str] = set()  # components the run has not heard start from
         self.supervisor = Supervisor(
-            cfg=self.cfg, host=self.host, wiring=self.wiring, is_training=lambda: self.training
+            cfg=self.cfg,
+            host=self.host,
+            wiring=self.wiring,
+            is_training=lambda: self.training,
+            has_started=lambda name: name not in self.not_started,
         )
         now = time.time()
         for w in range(self.cfg.num_workers):  # every worker made progress just now
@@ -204,9 +209,21 @@ def test_inference_worker_death_restarts_it_and_every_rollout_worker_resends(run
 
 def test_learner_death_fails_the_run(run):
     run.host.die("learner_p0", code=1)
-    with pytest.raises(ComponentDied, match="learner_p0 died"):
+    with pytest.raises(ComponentDied, match="learner_p0 died .* run the same command to resume"):
         run.supervisor.check()
     assert run.host.started == []
+
+
+def test_a_learner_that_exits_while_starting_points_at_its_output_not_at_a_resume(run):
+    # A process that dies before it can report (at its import, say) fails the same way again.
+    run.not_started = {"learner_p0"}
+    run.host.die("learner_p0", code=1)
+    with pytest.raises(ComponentDied) as error:
+        run.supervisor.check()
+    message = str(error.value)
+    assert message.startswith("learner_p0 exited while starting (exit code 1)")
+    assert "what it printed above says why" in message
+    assert "resume" not in message
 
 
 def test_more_replacements_than_allowed_fail_the_run(run):
