@@ -11,6 +11,7 @@ Must not: start processes or train.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import shutil
@@ -22,6 +23,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from sampleforge.config import Config
+
+log = logging.getLogger(__name__)
 
 _REQUIRED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -101,7 +104,10 @@ def scratch_dir(rank: TorchrunRank) -> str:
     first removes what its killed predecessor left (without a job id: a fresh name)."""
     if not rank.run_id:
         return tempfile.mkdtemp(prefix=f"sampleforge_rank{rank.rank}_")
-    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in rank.run_id)
+    job = rank.run_id
+    if job == "none":  # torchrun's id under a static rendezvous: every such job has it
+        job = f"{job}_{rank.master_addr}_{rank.master_port}"
+    safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in job)
     path = Path(tempfile.gettempdir()) / f"sampleforge_rank{rank.rank}_{safe}"
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
@@ -109,10 +115,20 @@ def scratch_dir(rank: TorchrunRank) -> str:
 
 
 def rank_config(cfg: Config, rank: TorchrunRank, scratch_dir: str) -> Config:
-    """`cfg` as this rank runs it: its own seed; a rank other than 0 keeps its files in
+    """`cfg` as this rank runs it: its own seed; after a torchrun restart, rank 0 resumes the
+    experiment rather than overwrite it again; a rank other than 0 keeps its files in
     `scratch_dir` (deleted at close: only rank 0 writes to the experiment), neither evaluates
     nor judges the return (rank 0 does, and the others end with it)."""
     changes: dict = {"seed": rank.seed(cfg.seed)}
+    if rank.is_main and rank.restart > 0 and cfg.restart_behavior == "overwrite":
+        # torchrun restarts a job with its first command line: overwriting again would
+        # delete what the attempts before this one trained.
+        log.warning(
+            "torchrun restart %d: resuming the experiment, not overwriting it as its "
+            "first attempt did (--restart_behavior overwrite)",
+            rank.restart,
+        )
+        changes["restart_behavior"] = "resume"
     if not rank.is_main:
         changes.update(
             train_dir=scratch_dir,
