@@ -40,6 +40,28 @@ def _count(value: str) -> int:
     return number
 
 
+def _natural(value: str) -> int:
+    """argparse type of a flag that takes an integer >= 0."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not allowed (allowed: an integer >= 0)")
+    return number
+
+
+def _nonnegative_number(value: str) -> float:
+    """argparse type of a finite number >= 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
+    if not (math.isfinite(number) and number >= 0):
+        raise argparse.ArgumentTypeError(f"{value} is not allowed (allowed: a number >= 0)")
+    return number
+
+
 def _fraction(value: str) -> float:
     """argparse type of a probability in [0, 1]."""
     try:
@@ -92,13 +114,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add("--env_steps_per_iteration", type=_count, default=None,
         help="Env steps per Tune iteration: results and checkpoints come this often "
         "(default: --perturbation_interval for pbt, else a tenth of a trial)")  # fmt: skip
-    add("--max_failures", type=int, default=2,
+    add("--max_failures", type=_natural, default=2,
         help="Times a failed trial restarts from its last checkpoint (default: 2)")  # fmt: skip
     add("--max_concurrent_trials", type=_count, default=None,
         help="At most this many trials at once (default: as many as the resources allow)")  # fmt: skip
     add("--cpus_per_trial", type=positive_number, default=None,
         help="CPUs a trial asks Ray for (default: one per process of its run)")  # fmt: skip
-    add("--gpus_per_trial", type=float, default=None,
+    add("--gpus_per_trial", type=_nonnegative_number, default=None,
         help="GPUs a trial asks Ray for, a fraction to share one (default: 1 with --device "
         "cuda, else 0)")  # fmt: skip
     add("--ray_address", default=None,
@@ -139,10 +161,15 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(rows))
     print(f"results: {Path(spec.output_dir).absolute() / 'results.csv'}")
     failed = [row["trial"] for row in rows if row["status"] == "error"]
+    unfinished = [row["trial"] or "(not started)" for row in rows if row["status"] == "unfinished"]
     if failed:
         print(f"sampleforge: trials failed: {', '.join(failed)}", file=sys.stderr)
-        return 1
-    return 0
+    if unfinished:
+        print(
+            f"sampleforge: trials did not finish (interrupted?): {', '.join(unfinished)}",
+            file=sys.stderr,
+        )
+    return 1 if failed or unfinished else 0
 
 
 def _spec(args: argparse.Namespace) -> Any:
@@ -219,22 +246,39 @@ def _check_fits(spec: Any, cluster: dict[str, float], local: bool) -> None:
     """On a local Ray, a trial that needs more CPUs or GPUs than the machine has would wait
     forever: refuse it (a cluster may still grow, so there Ray's own warning stands)."""
     from sampleforge.tune.resources import trial_resources
-    from sampleforge.tune.search import build_param_space
+    from sampleforge.tune.search import _corner_configs, build_param_space
     from sampleforge.tune.trainable import trial_config
 
     if not local:
         return
-    base = {k: v for k, v in build_param_space(spec).items() if k in spec.base}
-    need = trial_resources(trial_config(base), cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial)
+    build_param_space(spec)  # every setting checked first
+    # The base settings and every searched value: any one of them may make a trial too big.
+    for corner in _corner_configs(spec):
+        need = trial_resources(
+            trial_config(corner), cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial
+        )
+        _check_need(need, cluster, searched=_searched_values(spec, corner))
+
+
+def _searched_values(spec: Any, corner: dict[str, Any]) -> str:
+    """' (with --param NAME=VALUE)' for the searched value in `corner`, if any."""
+    for name in {**spec.mutations, **spec.params}:
+        if name in corner and corner[name] != spec.base.get(name, object()):
+            return f" (with {name}={corner[name]})"
+    return ""
+
+
+def _check_need(need: dict[str, float], cluster: dict[str, float], searched: str) -> None:
     for kind, amount in need.items():
         if amount > cluster.get(kind, 0.0):
             raise ConfigError(
                 [
-                    f"a trial needs {amount:g} {kind}s (one per process of its run) but this "
+                    f"a trial{searched} needs {amount:g} {kind}s (one per process of its run) "
+                    f"but this "
                     f"machine has {cluster.get(kind, 0.0):g}: lower --num_workers or "
                     "--num_inference_workers, use --serial_mode, or set --cpus_per_trial"
                     if kind == "CPU"
-                    else f"a trial needs {amount:g} GPUs but this machine has "
+                    else f"a trial{searched} needs {amount:g} GPUs but this machine has "
                     f"{cluster.get(kind, 0.0):g}: use --device cpu or --gpus_per_trial"
                 ]
             )

@@ -38,6 +38,11 @@ class ConfigError(ValueError):
             lines = "\n".join(f"  - {p}" for p in self.problems)
             super().__init__(f"invalid config ({len(self.problems)} problems):\n{lines}")
 
+    def __reduce__(self):
+        # Rebuilt from its problems, not from the message (a Ray trial's error is pickled):
+        # the message would be read as one problem per character.
+        return (type(self), (self.problems,))
+
 
 def _field_types() -> dict[str, Any]:
     return config_hints()

@@ -178,8 +178,11 @@ def load_saved_policy(
             "holds no config: pass its experiment folder instead)"
         )
     settings = {k: v for k, v in state["config"].items() if k not in MACHINE_LOCAL_SETTINGS}
-    settings.update(replacing or {})
-    named = [] if trust_config else named_imports(settings)
+    replacing = replacing or {}
+    # Only what the file itself supplies is distrusted: a setting the caller gives is theirs.
+    from_file = {k: v for k, v in settings.items() if k not in replacing}
+    settings.update(replacing)
+    named = [] if trust_config else named_imports(from_file)
     if named:
         raise PolicyFileError(
             f"the config in {path} names code to import ({', '.join(named)}); a model file is "

@@ -26,7 +26,7 @@ from sampleforge.buffers.replay_layout import estimate_replay_bytes
 from sampleforge.buffers.replay_sampler import BackgroundSampler
 from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
-from sampleforge.config import Config
+from sampleforge.config import Config, ConfigError
 from sampleforge.config.algorithms import algorithm_family
 from sampleforge.config.ranges import learner_seed
 from sampleforge.learners import actor_critic, continuous_learner, pqn_learner, value_learner
@@ -388,12 +388,28 @@ def _actor_critic_staging(cfg: Config, layout: TrajectoryLayout | None) -> Stagi
     )
 
 
+def _check_replay_holds_its_streams(cfg: Config, num_streams: int) -> None:
+    """Each env's stream of transitions has its own share of the replay, which must hold an
+    n-step transition and the one after it."""
+    least = num_streams * (cfg.n_step + 2)
+    if cfg.replay_size < least:
+        raise ConfigError(
+            [
+                f"replay_size {cfg.replay_size} is too small for {num_streams} streams (one per env "
+                f"and agent): each needs n_step + 2 = {cfg.n_step + 2} "
+                f"transitions of it, so at least {least}"
+            ]
+        )
+
+
 def _replay_staging(cfg: Config, layout: TrajectoryLayout | None) -> StagingEstimate:
     nbytes = 0
     if layout is not None:
+        num_streams = cfg.num_workers * cfg.worker_num_splits * layout.rows_per_slot
+        _check_replay_holds_its_streams(cfg, num_streams)
         nbytes = estimate_replay_bytes(
             capacity=cfg.replay_size,
-            num_streams=cfg.num_workers * cfg.worker_num_splits * layout.rows_per_slot,
+            num_streams=num_streams,
             obs_specs=layout.obs_specs,
             action_spec=layout.action_spec,
             n_step=cfg.n_step,

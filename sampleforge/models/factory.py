@@ -176,8 +176,8 @@ def check_model_fits_env(cfg: Config, env) -> None:
         if fit:  # the settings suit the env; this algorithm's network does not
             raise ConfigError(
                 [
-                    f"algorithm {cfg.algorithm!r} cannot act in env {cfg.env!r} (actions "
-                    f"{_one_line(env.action_space)}); algorithms that fit it: {', '.join(fit)}"
+                    f"algorithm {cfg.algorithm!r} cannot act in env {cfg.env!r}: "
+                    f"{_one_line(e)}; algorithms that fit it: {', '.join(fit)}"
                 ]
             ) from None
         raise ConfigError(

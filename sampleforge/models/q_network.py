@@ -250,8 +250,7 @@ def make_q_network(
     """
     if not isinstance(action_space, gym.spaces.Discrete):
         raise ValueError(
-            f"value-based heads need a Discrete action space; got {_one_line(action_space)}; "
-            "use appo, impala or a3c"
+            f"value-based heads need a Discrete action space; got {_one_line(action_space)}"
         )
     if head not in Q_HEADS:
         raise ValueError(f"unknown Q head {head!r}; allowed: {', '.join(Q_HEADS)}")

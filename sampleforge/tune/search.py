@@ -126,7 +126,8 @@ def run_search(spec: SearchSpec) -> list[dict[str, Any]]:
         param_space=param_space,
         tune_config=_tune_config(spec),
         run_config=tune.RunConfig(
-            name="ray",
+            # Named after the search: searches sharing --storage_path keep apart there.
+            name=output.name,
             storage_path=_storage(spec.storage_path, output),
             stop={TIME_ATTR: spec.trial_env_steps},
             failure_config=tune.FailureConfig(max_failures=spec.max_failures),
@@ -142,7 +143,7 @@ def run_search(spec: SearchSpec) -> list[dict[str, Any]]:
     )
     results = tuner.fit()
     names = sorted(set(spec.params) | set(spec.mutations))
-    rows = [_row(results[i], names) for i in range(len(results))]
+    rows = [_row(results[i], names, spec.trial_env_steps) for i in range(len(results))]
     rows.sort(key=lambda row: -_sortable(row[METRIC]))
     write_table(output / "results.csv", rows)
     return rows
@@ -326,8 +327,11 @@ def _spec_problems(spec: SearchSpec) -> list[str]:
             "with_pbt and distributed cannot be used with tune: each trial is one run on "
             "one machine, and --search pbt is the population"
         )
-    device = str(spec.base.get("device", ""))
-    if device.startswith("cuda:"):
+    devices = [spec.base.get("device", "")]
+    for spaces in (spec.params, spec.mutations):
+        searched = spaces.get("device")
+        devices += list(searched) if isinstance(searched, (list, tuple)) else []
+    for device in dict.fromkeys(str(d) for d in devices if str(d).startswith("cuda:")):
         problems.append(
             f"device: {device!r} picks a GPU; under Ray Tune use --device cuda (Ray gives "
             "each trial its GPU)"
@@ -376,12 +380,12 @@ def _numeric_type(name: str) -> type | None:
 
 
 # --- results --------------------------------------------------------------------------------
-def _row(result: Any, names: Sequence[str]) -> dict[str, Any]:
+def _row(result: Any, names: Sequence[str], trial_env_steps: int) -> dict[str, Any]:
     metrics = result.metrics or {}
     config = result.config or {}
     row = {
         "trial": metrics.get("trial_id", ""),
-        "status": "error" if result.error else "done",
+        "status": _status(result, metrics, trial_env_steps),
         "env_steps": metrics.get(TIME_ATTR, 0),
         METRIC: metrics.get(METRIC, -math.inf),
         "best_mean_return": metrics.get("best_mean_return", -math.inf),
@@ -390,6 +394,16 @@ def _row(result: Any, names: Sequence[str]) -> dict[str, Any]:
     row.update({name: config.get(name) for name in names})
     row["experiment_dir"] = metrics.get("experiment_dir", "")
     return row
+
+
+def _status(result: Any, metrics: dict[str, Any], trial_env_steps: int) -> str:
+    """'error' (failed past max_failures), 'done' (its env steps trained, or its run said it
+    is done: stop_at_mean_return), else 'unfinished' (the search was interrupted first)."""
+    if result.error:
+        return "error"
+    if metrics.get("done") or metrics.get(TIME_ATTR, 0) >= trial_env_steps:
+        return "done"
+    return "unfinished"
 
 
 def _sortable(value: Any) -> float:

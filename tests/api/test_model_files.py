@@ -115,6 +115,21 @@ def test_a_module_named_in_the_file_is_imported_only_when_the_caller_trusts_the_
         model.close()
 
 
+@pytest.mark.parametrize("setting", IMPORTING_SETTINGS)
+def test_the_caller_giving_the_named_setting_themselves_is_enough(
+    setting: str, recording: RecordingModule, tmp_path: Path
+) -> None:
+    # What the refusal says to do: the caller's own value is trusted, the file's is not read.
+    path = write_model_file(tmp_path / "model.pt", **{setting: recording.setting(setting)})
+    mine = {setting: recording.setting(setting)}
+    model = APPO.load(path, train_dir=str(tmp_path / "mine"), serial_mode=True, **mine)
+    try:
+        assert recording.imported  # the caller asked for it
+        assert getattr(model.cfg, setting) == recording.setting(setting)
+    finally:
+        model.close()
+
+
 def test_settings_the_caller_gives_replace_the_files_and_import_nothing_it_names(
     recording: RecordingModule, tmp_path: Path
 ) -> None:

@@ -63,8 +63,8 @@ def test_a_continuous_algorithm_on_discrete_actions_is_refused_before_anything_s
     assert main(["train", "--algorithm", "sac", *args]) == 2
     err = capsys.readouterr().err
     assert err == (
-        "sampleforge: invalid config: algorithm 'sac' cannot act in env 'CartPole-v1' "
-        "(actions Discrete(2)); algorithms that fit it: appo, impala, a3c, dqn, rainbow, "
-        "qrdqn, iqn, fqf, mdqn, pqn\n"
+        "sampleforge: invalid config: algorithm 'sac' cannot act in env 'CartPole-v1': "
+        "continuous-control algorithms need Box actions; got Discrete; algorithms that fit it: "
+        "appo, impala, a3c, dqn, rainbow, qrdqn, iqn, fqf, mdqn, pqn\n"
     )
     assert not train_dir.exists()  # nothing written

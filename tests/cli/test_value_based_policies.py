@@ -63,8 +63,8 @@ def test_a_value_based_algorithm_on_box_actions_is_refused_before_anything_start
     assert main(["train", "--algorithm", "rainbow", *args]) == 2
     err = capsys.readouterr().err
     assert err == (
-        "sampleforge: invalid config: algorithm 'rainbow' cannot act in env 'Pendulum-v1' "
-        "(actions Box(-2.0, 2.0, (1,), float32)); algorithms that fit it: appo, impala, a3c, "
-        "ddpg, td3, sac, crossq\n"
+        "sampleforge: invalid config: algorithm 'rainbow' cannot act in env 'Pendulum-v1': "
+        "value-based heads need a Discrete action space; got Box(-2.0, 2.0, (1,), float32); "
+        "algorithms that fit it: appo, impala, a3c, ddpg, td3, sac, crossq\n"
     )
     assert not train_dir.exists()  # nothing written

@@ -35,7 +35,7 @@ STEPS = 2048  # env steps per Tune iteration (a whole number of serial-mode data
 def _progress(output: Path) -> dict[str, list[dict[str, str]]]:
     """Every trial's reported results in order: {trial_id: rows of its progress.csv}."""
     runs: dict[str, list[dict[str, str]]] = {}
-    for path in sorted((output / "ray").glob("*/progress.csv")):
+    for path in sorted((output / output.name).glob("*/progress.csv")):
         with open(path) as f:
             rows = list(csv.DictReader(f))
         runs[rows[0]["trial_id"]] = rows
@@ -98,7 +98,7 @@ def test_pbt_exploit_copies_the_weights_and_the_optimizer_state(pbt_run):
 
 def test_pbt_mutations_follow_the_configured_factors(pbt_run):
     output, _ = pbt_run
-    lines = (output / "ray" / "pbt_global.txt").read_text().splitlines()
+    lines = (output / output.name / "pbt_global.txt").read_text().splitlines()
     assert lines, "no exploit happened"
     for line in lines:
         _, _, _, _, donor_config, new_config = json.loads(line)

@@ -45,6 +45,10 @@ def _exit_code(argv: list[str]) -> int:
             "with_pbt and distributed cannot be used with tune",
         ),
         (["--population", "0"], "--population"),
+        (["--max_failures", "-1"], "--max_failures"),  # Ray reads < 0 as "retry for ever"
+        (["--gpus_per_trial", "-1"], "--gpus_per_trial"),
+        (["--gpus_per_trial", "nan"], "--gpus_per_trial"),
+        (["--param", "device=cpu,cuda:1"], "'cuda:1' picks a GPU; under Ray Tune use --device"),
         (["--perturbation_factors", "1.2"], "--perturbation_factors"),
     ],
 )
@@ -93,4 +97,21 @@ def test_a_trial_bigger_than_the_local_machine_is_refused(capsys, tmp_path, monk
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
     assert "a trial needs 4 CPUs" in err and "this machine has 2" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_searched_value_that_makes_a_trial_too_big_is_refused(capsys, tmp_path, monkeypatch):
+    import ray
+
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: None)
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 3.0})
+    # The base (1 worker) fits in 3 CPUs; the searched 2 workers do not, and would wait for
+    # ever as a PENDING trial.
+    argv = [*BASE, "--train_dir", str(tmp_path), "--param", "num_workers=1,2"]
+    code = _exit_code(argv)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1, err
+    assert "a trial (with num_workers=2) needs 4 CPUs" in err and "this machine has 3" in err
     assert list(tmp_path.iterdir()) == []

@@ -3,6 +3,8 @@ refused with a one-line ConfigError before anything is allocated."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -141,6 +143,22 @@ def test_a_replay_beyond_this_machines_memory_is_refused_in_one_line():
     assert "\n" not in message
     assert "replays of replay_size 10,000,000,000 for 1 policy take" in message
     assert "of host memory (" in message and "lower replay_size" in message
+
+
+def test_a_replay_too_small_for_its_streams_is_refused_before_the_run_folder_exists(tmp_path):
+    # 4 envs, each with its own stream of transitions: 3 cannot hold n_step + 2 = 3 apiece.
+    cfg = make_config(
+        env="Pendulum-v1", algorithm="sac", replay_size=11, train_dir=str(tmp_path), device="cpu"
+    )
+    assert cfg.num_workers * cfg.num_envs_per_worker == 4 and cfg.n_step == 1
+    with pytest.raises(ConfigError) as err:
+        Runner(cfg)
+    assert str(err.value) == (
+        "invalid config: replay_size 11 is too small for 4 streams (one per env and agent): "
+        "each needs n_step + 2 = 3 transitions of it, so at least 12"
+    )
+    assert list(tmp_path.iterdir()) == []
+    Runner(dataclasses.replace(cfg, replay_size=12)).close()  # the least allowed
 
 
 def test_an_atari_replay_is_priced_as_the_frame_stacks_its_env_makes():

@@ -540,3 +540,15 @@ def test_an_algorithm_that_is_not_a_name_is_one_config_error(bad):
     that is not a name must reach validation's one-line error, not fail as a lookup."""
     with pytest.raises(ConfigError, match=r"algorithm: .* is not one of appo, impala, a3c, dqn"):
         make_config(algorithm=bad)
+
+
+@pytest.mark.parametrize("problems", [["lr: bad"], ["lr: bad", "gamma: worse"]])
+def test_a_config_error_survives_pickling_with_its_problems(problems):
+    # A Ray trial's error reaches the driver pickled.
+    import pickle
+
+    from sampleforge.config import ConfigError
+
+    error = pickle.loads(pickle.dumps(ConfigError(problems)))
+    assert error.problems == problems
+    assert str(error) == str(ConfigError(problems))
