@@ -41,6 +41,7 @@ Must not: know about queues, policies or inference.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -93,6 +94,17 @@ class StepOutcome:
     episode_wins: list[float | None] = field(default_factory=list)
     ended_envs: list[int] = field(default_factory=list)  # envs that start a new episode
     faults: list[str] = field(default_factory=list)
+
+    def record_episode(self, ret: float, length: int, row: int, win: float | None) -> None:
+        """A finished episode's statistics, unless its return is not finite: a NaN or inf
+        reward on its last step is a fault of that step (`_check_finite`), and one such
+        return would make the mean of the next 100 episodes NaN or inf."""
+        if not math.isfinite(ret):
+            return
+        self.episode_returns.append(ret)
+        self.episode_lengths.append(length)
+        self.episode_rows.append(row)
+        self.episode_wins.append(win)
 
 
 class EnvSplit:
@@ -198,10 +210,7 @@ class EnvSplit:
             return obs, reward, False
         episode = info.get("episode")
         if episode is not None:
-            outcome.episode_returns.append(float(episode["r"]))
-            outcome.episode_lengths.append(int(episode["l"]))
-            outcome.episode_rows.append(i)
-            outcome.episode_wins.append(info.get("win"))
+            outcome.record_episode(float(episode["r"]), int(episode["l"]), i, info.get("win"))
         if not terminated:
             self._reset_pending[i] = True
             return obs, reward, False
@@ -431,10 +440,9 @@ class MultiAgentEnvSplit(EnvSplit):
         self._lengths[rows] += playing
         for seat in np.flatnonzero(playing & done):
             row = rows.start + int(seat)
-            outcome.episode_returns.append(float(self._returns[row]))
-            outcome.episode_lengths.append(int(self._lengths[row]))
-            outcome.episode_rows.append(row)
-            outcome.episode_wins.append(infos[seat].get("win"))
+            outcome.record_episode(
+                float(self._returns[row]), int(self._lengths[row]), row, infos[seat].get("win")
+            )
             self._returns[row], self._lengths[row] = 0.0, 0
             self._seat_done[row] = True
 

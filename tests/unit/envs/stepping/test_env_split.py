@@ -460,3 +460,44 @@ def test_an_env_that_raised_is_rebuilt_not_only_reset():
     healthy, faulty = split.envs[0], split.envs[1]
     _run(split, 4)
     assert split.envs[0] is healthy and split.envs[1] is not faulty
+
+
+class LastRewardNanEnv(gym.Env):
+    """Episodes of 2 steps; the first episode's last reward is NaN (or inf)."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, bad: float):
+        self.bad, self.t, self.episodes = bad, 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        end = self.t == 2
+        reward = self.bad if end and self.episodes == 0 else 1.0
+        self.episodes += end
+        return np.full(1, self.t, np.float32), reward, end, False, {}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_an_episode_whose_last_reward_is_not_finite_is_a_fault_and_not_a_return(bad):
+    # Its return would make the mean of the next 100 episodes NaN or inf.
+    spec = EnvSpec("last_reward_bad", lambda ctx: LastRewardNanEnv(bad))
+    split = EnvSplit(
+        env_spec=spec, worker_index=0, first_env_index=0, num_envs=1, seed=0, error_policy="restart"
+    )
+    split.reset_all({"obs": np.zeros((1, 1), np.float32)})
+    returns, faults = [], []
+    for _ in range(6):
+        out = _targets(1)
+        out.next_obs = {"obs": np.zeros((1, 1), np.float32)}
+        outcome = split.step(np.zeros((1, 1), np.int64), out)
+        returns += outcome.episode_returns
+        faults += outcome.faults
+        assert np.isfinite(out.rewards).all()
+    assert len(faults) == 1 and "reward" in faults[0]
+    assert returns and all(r == 2.0 for r in returns)  # the later episodes, counted as ever
