@@ -18,7 +18,7 @@ import sys
 import time
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sampleforge.config import ConfigError
 from sampleforge.config.cli_args import add_config_arguments, config_from_args, positive_number
@@ -29,26 +29,25 @@ HELP = "Search settings (grid, random, PBT) with Ray Tune: one run per trial."
 _NOT_FOR_TRIALS = ("experiment", "train_dir", "restart_behavior")
 
 
-def _count(value: str) -> int:
-    """argparse type of a flag that takes an integer >= 1."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed (allowed: an integer >= 1)")
-    return number
+def _integer_at_least(low: int) -> Callable[[str], int]:
+    """argparse type of a flag that takes an integer >= `low`."""
+
+    def parse(value: str) -> int:
+        try:
+            number = int(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
+        if number < low:
+            raise argparse.ArgumentTypeError(
+                f"{value} is not allowed (allowed: an integer >= {low})"
+            )
+        return number
+
+    return parse
 
 
-def _natural(value: str) -> int:
-    """argparse type of a flag that takes an integer >= 0."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an integer") from None
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"{value} is not allowed (allowed: an integer >= 0)")
-    return number
+_count = _integer_at_least(1)
+_natural = _integer_at_least(0)
 
 
 def _nonnegative_number(value: str) -> float:
