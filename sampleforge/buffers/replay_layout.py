@@ -69,7 +69,7 @@ class ReplayLayout:
         if num_streams < 1:
             raise ValueError(f"num_streams must be >= 1, got {num_streams}")
         slots = capacity // num_streams
-        if slots < n_step + 2:
+        if capacity < least_replay_capacity(num_streams, n_step):
             raise ValueError(
                 f"capacity {capacity} gives {slots} transitions per stream for {num_streams} "
                 f"streams; need at least n_step + 2 = {n_step + 2} per stream"
@@ -78,6 +78,11 @@ class ReplayLayout:
         # needs and 1/64 spare for episode starts whose stacks share no frames with the last.
         frames = slots + max_stack + keyframe_interval + slots // 64
         return ReplayLayout(num_streams, slots, frames, keyframe_interval)
+
+
+def least_replay_capacity(num_streams: int, n_step: int) -> int:
+    """The smallest capacity that gives every stream an n-step transition and the one after."""
+    return num_streams * (n_step + 2)
 
 
 def estimate_replay_bytes(

@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from sampleforge.config import ConfigError
-from sampleforge.config.cli_args import add_config_arguments, config_from_args, positive_number
+from sampleforge.config.cli_args import (
+    add_config_arguments,
+    config_from_args,
+    nonnegative_number,
+    positive_number,
+)
 
 HELP = "Search settings (grid, random, PBT) with Ray Tune: one run per trial."
 
@@ -48,17 +53,6 @@ def _integer_at_least(low: int) -> Callable[[str], int]:
 
 _count = _integer_at_least(1)
 _natural = _integer_at_least(0)
-
-
-def _nonnegative_number(value: str) -> float:
-    """argparse type of a finite number >= 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not (math.isfinite(number) and number >= 0):
-        raise argparse.ArgumentTypeError(f"{value} is not allowed (allowed: a number >= 0)")
-    return number
 
 
 def _fraction(value: str) -> float:
@@ -119,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="At most this many trials at once (default: as many as the resources allow)")  # fmt: skip
     add("--cpus_per_trial", type=positive_number, default=None,
         help="CPUs a trial asks Ray for (default: one per process of its run)")  # fmt: skip
-    add("--gpus_per_trial", type=_nonnegative_number, default=None,
+    add("--gpus_per_trial", type=nonnegative_number, default=None,
         help="GPUs a trial asks Ray for, a fraction to share one (default: 1 with --device "
         "cuda, else 0)")  # fmt: skip
     add("--ray_address", default=None,
@@ -245,14 +239,14 @@ def _check_fits(spec: Any, cluster: dict[str, float], local: bool) -> None:
     """On a local Ray, a trial that needs more CPUs or GPUs than the machine has would wait
     forever: refuse it (a cluster may still grow, so there Ray's own warning stands)."""
     from sampleforge.tune.resources import trial_resources
-    from sampleforge.tune.search import _corner_configs, build_param_space
+    from sampleforge.tune.search import build_param_space, corner_configs
     from sampleforge.tune.trainable import trial_config
 
     if not local:
         return
     build_param_space(spec)  # every setting checked first
     # The base settings and every searched value: any one of them may make a trial too big.
-    for corner in _corner_configs(spec):
+    for corner in corner_configs(spec):
         need = trial_resources(
             trial_config(corner), cpus=spec.cpus_per_trial, gpus=spec.gpus_per_trial
         )
@@ -260,7 +254,7 @@ def _check_fits(spec: Any, cluster: dict[str, float], local: bool) -> None:
 
 
 def _searched_values(spec: Any, corner: dict[str, Any]) -> str:
-    """' (with --param NAME=VALUE)' for the searched value in `corner`, if any."""
+    """' (with NAME=VALUE)' for the searched value in `corner`, if any."""
     for name in {**spec.mutations, **spec.params}:
         if name in corner and corner[name] != spec.base.get(name, object()):
             return f" (with {name}={corner[name]})"
@@ -273,8 +267,7 @@ def _check_need(need: dict[str, float], cluster: dict[str, float], searched: str
             raise ConfigError(
                 [
                     f"a trial{searched} needs {amount:g} {kind}s (one per process of its run) "
-                    f"but this "
-                    f"machine has {cluster.get(kind, 0.0):g}: lower --num_workers or "
+                    f"but this machine has {cluster.get(kind, 0.0):g}: lower --num_workers or "
                     "--num_inference_workers, use --serial_mode, or set --cpus_per_trial"
                     if kind == "CPU"
                     else f"a trial{searched} needs {amount:g} GPUs but this machine has "

@@ -36,7 +36,7 @@ def raise_unless_main_guarded(what: str) -> None:
         )
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    frame = _top_level_frame(path)
+    frame = None if path is None else _top_level_frame(path)
     if path is None or frame is None:
         return
     line = frame.f_lineno
@@ -50,7 +50,7 @@ def raise_unless_main_guarded(what: str) -> None:
     )
 
 
-def _top_level_frame(path: str | None) -> FrameType | None:
+def _top_level_frame(path: str) -> FrameType | None:
     """The frame running the top level of the script at `path`, if it is on this stack."""
     frame = sys._getframe(1)
     while frame is not None:

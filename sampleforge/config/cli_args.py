@@ -94,12 +94,24 @@ def bool_arg(value: str) -> bool:
 
 def positive_number(value: str) -> float:
     """argparse type of a flag that takes a finite number > 0 (a frame rate, a duration)."""
+    return _finite_number(value, zero_allowed=False)
+
+
+def nonnegative_number(value: str) -> float:
+    """argparse type of a flag that takes a finite number >= 0 (a share of a GPU)."""
+    return _finite_number(value, zero_allowed=True)
+
+
+def _finite_number(value: str, zero_allowed: bool) -> float:
     try:
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number") from None
-    if not (math.isfinite(number) and number > 0):
-        raise argparse.ArgumentTypeError(f"{value} is not allowed (allowed: a finite number > 0)")
+    if not (math.isfinite(number) and (number > 0 or (zero_allowed and number == 0))):
+        least = ">= 0" if zero_allowed else "> 0"
+        raise argparse.ArgumentTypeError(
+            f"{value} is not allowed (allowed: a finite number {least})"
+        )
     return number
 
 
@@ -177,6 +189,7 @@ __all__ = [
     "bool_arg",
     "config_from_args",
     "parse_config",
+    "nonnegative_number",
     "positive_number",
     "ConfigError",
 ]

@@ -22,7 +22,7 @@ import torch
 
 from sampleforge.buffers.rate_limiter import SampleToInsertRatio
 from sampleforge.buffers.replay import ReplayBuffer
-from sampleforge.buffers.replay_layout import estimate_replay_bytes
+from sampleforge.buffers.replay_layout import estimate_replay_bytes, least_replay_capacity
 from sampleforge.buffers.replay_sampler import BackgroundSampler
 from sampleforge.buffers.slot_pool import SlotPool
 from sampleforge.buffers.trajectory_buffer import SharedTrajectoryBuffer, TrajectoryLayout
@@ -389,9 +389,8 @@ def _actor_critic_staging(cfg: Config, layout: TrajectoryLayout | None) -> Stagi
 
 
 def _check_replay_holds_its_streams(cfg: Config, num_streams: int) -> None:
-    """Each env's stream of transitions has its own share of the replay, which must hold an
-    n-step transition and the one after it."""
-    least = num_streams * (cfg.n_step + 2)
+    """Each env's stream of transitions has its own share of the replay (`ReplayLayout`)."""
+    least = least_replay_capacity(num_streams, cfg.n_step)
     if cfg.replay_size < least:
         raise ConfigError(
             [

@@ -271,7 +271,7 @@ def check_spec(spec: SearchSpec) -> None:
     problems = _spec_problems(spec)
     if problems:
         raise ConfigError(problems)
-    for config in _corner_configs(spec):
+    for config in corner_configs(spec):
         trial_config(config)  # each setting's own check (ConfigError)
 
 
@@ -352,7 +352,7 @@ def _frozen_mutations(spec: SearchSpec) -> list[str]:
     ]
 
 
-def _corner_configs(spec: SearchSpec) -> list[dict[str, Any]]:
+def corner_configs(spec: SearchSpec) -> list[dict[str, Any]]:
     """Trial configs that together use every listed value and both ends of every range."""
     spaces = {**spec.mutations, **spec.params}
     corners: list[dict[str, Any]] = []
