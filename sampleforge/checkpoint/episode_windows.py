@@ -19,6 +19,7 @@ Must not: hold learner state (that is the checkpoint's) or be read in the middle
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -26,18 +27,20 @@ from pathlib import Path
 from typing import Any
 
 from sampleforge.checkpoint.experiment_dir import write_json_atomic
-from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
+from sampleforge.telemetry.episode_stats import EpisodeStatsWindow, PopulationEpisodeWindows
 
 log = logging.getLogger(__name__)
 
 EPISODE_WINDOWS_FILENAME = "episode_windows.json"
-FORMAT_VERSION = 1
+# 2: the run's window holds each trained policy's own (PopulationEpisodeWindows)
+FORMAT_VERSION = 2
+Window = EpisodeStatsWindow | PopulationEpisodeWindows
 
 
 def save_episode_windows(
     experiment: Path,
     checkpoints: Mapping[int, str | Path],
-    windows: Mapping[str, EpisodeStatsWindow],
+    windows: Mapping[str, Window],
 ) -> None:
     """Write `windows` ({name: window}) bound to `checkpoints` ({policy id: its newest})."""
     write_json_atomic(
@@ -53,7 +56,7 @@ def save_episode_windows(
 def restore_episode_windows(
     experiment: Path,
     resumed_from: Mapping[int, str | Path | None],
-    windows: Mapping[str, EpisodeStatsWindow],
+    windows: Mapping[str, Window],
 ) -> bool:
     """Load the saved windows into `windows` if they belong to the checkpoints the learners
     resumed from ({policy id: path, or None}); True if they were restored."""
@@ -66,7 +69,7 @@ def restore_episode_windows(
         if refusal is None:
             states = saved["windows"]
             for name, window in windows.items():  # every one parses before any is replaced
-                EpisodeStatsWindow(window.maxlen).load_state_dict(states[name])
+                copy.deepcopy(window).load_state_dict(states[name])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         refusal = f"cannot be read ({e})"
     if refusal is not None:

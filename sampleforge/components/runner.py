@@ -29,7 +29,11 @@ from typing import cast
 
 import torch.distributed as dist
 
-from sampleforge.checkpoint.episode_windows import restore_episode_windows, save_episode_windows
+from sampleforge.checkpoint.episode_windows import (
+    Window,
+    restore_episode_windows,
+    save_episode_windows,
+)
 from sampleforge.checkpoint.experiment_dir import lock_experiment, prepare_experiment
 from sampleforge.checkpoint.serial_snapshot import (
     SNAPSHOT_FILENAME,
@@ -76,7 +80,6 @@ from sampleforge.evaluation.schedule import TrainingEvaluation
 from sampleforge.models.factory import check_model_fits_env, make_policy_model, resolve_device
 from sampleforge.pbt.coordinator import PopulationCoordinator
 from sampleforge.telemetry import MetricsWriter, ProgressBar, RunSummary, write_summary
-from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
 from sampleforge.telemetry.run_progress import RunProgress
 from sampleforge.telemetry.status import TrainingStatus
 from sampleforge.telemetry.training_callback import CallbackSchedule, TrainingCallback
@@ -376,7 +379,8 @@ class Runner:
             self._pump(wait_for_reports=0.0, wait_for_exits=0.05)  # reports come in batches
             if self.evaluation is not None:
                 self.evaluation.maybe_request(self.progress.total_env_steps)
-            self.population.step(self.progress.total_env_steps)
+            if self.population.step(self.progress.total_env_steps):
+                self._request_checkpoint(final=False)  # the round's copies, with its PBT state
             now = time.monotonic()
             reason = self._stop_reason(target, seconds, now - started) or self._callback_stop()
             if reason:
@@ -498,6 +502,7 @@ class Runner:
     def _on_checkpoint_saved(self, msg: CheckpointSaved) -> None:
         self._newest_checkpoints[msg.policy_id] = msg.path
         self._save_episode_windows()
+        self.population.checkpoint_written(msg.policy_id)
         if msg.final:
             self._final_checkpoints[msg.policy_id] = msg.path
             log.info("final checkpoint of policy %d: %s", msg.policy_id, msg.path)
@@ -505,6 +510,7 @@ class Runner:
     def _on_checkpoint_failed(self, msg: CheckpointFailed) -> None:
         """A full disk need not end a long run: a periodic checkpoint is tried again at the
         next period; a final one (the end of a call, new weights) fails the call."""
+        self.population.checkpoint_failed(msg.policy_id)
         newest = self._newest_checkpoints.get(msg.policy_id) or "none yet"
         if msg.final:
             raise TrainingError(
@@ -524,7 +530,7 @@ class Runner:
         if self._writes and len(self._newest_checkpoints) == self.cfg.num_policies:
             save_episode_windows(self.exp.path, self._newest_checkpoints, self._windows())
 
-    def _windows(self) -> dict[str, EpisodeStatsWindow]:
+    def _windows(self) -> dict[str, Window]:
         """The episode windows a resume continues: the run's and each policy's."""
         policies = {f"policy_{p}": window for p, window in self.population.returns.items()}
         return {"run": self.progress.episodes, **policies}
@@ -532,7 +538,7 @@ class Runner:
     def _request_checkpoint(self, final: bool, score: bool = True) -> None:
         if not self._writes:
             return  # rank 0 checkpoints the (identical) state of every rank
-        self.population.save()
+        self.population.checkpoint_requested()
         for p, inbox in self.wiring.learner_inboxes.items():
             # None: not a candidate for the best checkpoint.
             mean_return = self.population.returns[p].mean_return if score else None

@@ -63,6 +63,17 @@ _UNIT = FloatRange(0.0, 1.0)
 _BETA = FloatRange(0.0, 1.0, high_open=True)
 _LOSS_WEIGHT = FloatRange(0.0, 1e3, why="a loss weight; larger ones swamp every other term")
 
+# What PBT mutates in the learners, and the bounds (inclusive) it keeps every hyperparameter
+# within: narrower than the settings accept, so that no mutation reaches a value that breaks a
+# run. A run's own starting value must lie inside them (`pbt_problems`).
+PBT_LEARNER_HYPERPARAMETERS = ("learning_rate", "entropy_coeff", "adam_beta1")
+PBT_BOUNDS: dict[str, tuple[float, float]] = {
+    "learning_rate": (1e-7, 1e-1),
+    "entropy_coeff": (0.0, 1.0),
+    "adam_beta1": (0.0, 0.999),
+    "adam_beta2": (0.0, 0.99999),
+}
+
 FLOAT_RANGES: dict[str, FloatRange] = {
     "frozen_opponent_prob": _UNIT,
     "pbt_replace_threshold": _NON_NEGATIVE,
@@ -224,3 +235,19 @@ def seed_problems(cfg: Config) -> list[str]:
         f"seed: {cfg.seed} must be in [0, {highest}] (or none: random): the seeds derived "
         f"for each policy and worker add up to {offset} to it, and must stay below 2**32"
     ]
+
+
+def pbt_problems(cfg: Config) -> list[str]:
+    """With `with_pbt`, each hyperparameter PBT mutates must start inside PBT's bounds."""
+    if not cfg.with_pbt:
+        return []
+    problems = []
+    for name in PBT_LEARNER_HYPERPARAMETERS:
+        value = getattr(cfg, name)
+        low, high = PBT_BOUNDS[name]
+        if not low <= value <= high:
+            problems.append(
+                f"{name}: {value:g} is outside [{low:g}, {high:g}], the bounds PBT keeps it "
+                "within (with_pbt true)"
+            )
+    return problems

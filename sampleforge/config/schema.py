@@ -150,9 +150,9 @@ class Config(ActorCriticSettings, ValueSettings, ContinuousSettings):
     )
     stop_at_mean_return: Optional[float] = option(
         None,
-        "Stop once the mean return over the last 100 episodes (or, with stop_on evaluation, "
-        "an evaluation's mean) reaches this. Default: the env's reward threshold; pass inf to "
-        "disable.",
+        "Stop once the mean return over the last 100 episodes (with several policies: the "
+        "mean of each policy's own last-100 means; with stop_on evaluation, an evaluation's "
+        "mean) reaches this. Default: the env's reward threshold; pass inf to disable.",
         "stopping",
     )
     stop_on: StopOnName = option(

@@ -22,7 +22,13 @@ from sampleforge.config.algorithms import (
     FamilyName,
     family_algorithms,
 )
-from sampleforge.config.ranges import FLOAT32_MAX, config_hints, float_problems, seed_problems
+from sampleforge.config.ranges import (
+    FLOAT32_MAX,
+    config_hints,
+    float_problems,
+    pbt_problems,
+    seed_problems,
+)
 from sampleforge.config.schema import Config, config_fields
 from sampleforge.config.sources import SOURCES_KEY, attach_sources, layered_settings
 
@@ -54,7 +60,8 @@ def suggest_name(name: str, known: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+def unwrap_optional(annotation: Any) -> tuple[Any, bool]:
+    """`X | None` -> (X, True); any other annotation -> (it, False)."""
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType) and type(None) in args:
@@ -71,7 +78,7 @@ STRING_FORMS: dict[str, tuple[re.Pattern[str], str]] = {
 
 def coerce_value(name: str, value: Any, annotation: Any) -> Any:
     """Convert `value` (possibly a CLI string) to the field's type, or raise ValueError."""
-    inner, optional = _unwrap_optional(annotation)
+    inner, optional = unwrap_optional(annotation)
     if value is None or (optional and isinstance(value, str) and value.lower() == "none"):
         if optional:
             return None
@@ -452,6 +459,11 @@ def _algorithm_problems(cfg: Config) -> list[str]:
                 f"opponents ({cfg.num_frozen_opponents} asked for); use 0 (num_policies > 1 "
                 f"is fine), or one of {fit}"
             )
+    if family not in (None, "actor_critic") and cfg.normalize_returns:
+        problems.append(
+            f"normalize_returns: algorithm {cfg.algorithm!r} does not normalise its value "
+            f"targets; use false (true applies to {', '.join(family_algorithms('actor_critic'))})"
+        )
     if family == "pqn" and cfg.q_head != "scalar":
         # PQN regresses one value per action on its Q(lambda) targets; a distribution has none.
         problems.append(
@@ -507,6 +519,7 @@ def _policy_mapping_problems(cfg: Config) -> list[str]:
 
 def validate_config(cfg: Config) -> None:
     """Raise ConfigError listing every range and cross-field problem of `cfg` at once."""
-    problems = range_problems(cfg) + cross_field_problems(cfg)
+    problems = range_problems(cfg)
+    problems += cross_field_problems(cfg) + (pbt_problems(cfg) if not problems else [])
     if problems:
         raise ConfigError(problems)

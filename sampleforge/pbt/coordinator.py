@@ -11,9 +11,12 @@ answers with the commands that carry out its decisions:
 - **PBT** (`with_pbt`): at each round of `sampleforge.pbt.PopulationBasedTraining`, replaced
   policies copy their source's weights (`CopyPolicy`), every policy an event touched gets its
   hyperparameters (`SetHyperparameters`) and reward shaping (`SetRewardShaping` to every
-  rollout worker). Events go to `<experiment>/pbt_history.jsonl` and TensorBoard; the PBT state
-  is saved to `<experiment>/pbt_state.json` after every round and at every checkpoint, and a
-  resumed run continues from it.
+  rollout worker). Events go to `<experiment>/pbt_history.jsonl` and TensorBoard. A round that
+  copied weights asks for a checkpoint at once (`step` returns True). The PBT state goes to
+  `<experiment>/pbt_state.json` only once every learner has written the checkpoint it was asked
+  for with it, so the state a resumed run continues from never runs ahead of the weights: a crash
+  between a round and its checkpoint runs that round again after the resume, instead of going
+  on with the round's hyperparameters on weights that never got its copies.
 
 Must not: touch processes, buffers or learning; it only decides and sends commands.
 """
@@ -24,6 +27,7 @@ import json
 import logging
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -39,6 +43,7 @@ from sampleforge.comms.messages import (
     TrainingReport,
 )
 from sampleforge.config import Config
+from sampleforge.config.ranges import PBT_LEARNER_HYPERPARAMETERS
 from sampleforge.pbt import (
     HISTORY_FILENAME,
     PbtEvent,
@@ -52,7 +57,6 @@ log = logging.getLogger(__name__)
 
 PBT_STATE_FILENAME = "pbt_state.json"
 SHAPING_PREFIX = "shaping."
-LEARNER_HYPERPARAMETERS = ("learning_rate", "entropy_coeff", "adam_beta1")
 
 
 class CommandChannels(Protocol):
@@ -86,6 +90,7 @@ class PopulationCoordinator:
         self._snapshots = 0
         self.pbt: PopulationBasedTraining | None = None
         self.history: PbtHistory | None = None  # set together with `pbt`
+        self._pending_states: deque[_PendingState] = deque()  # oldest request first
         if cfg.with_pbt:
             self._start_pbt(reward_shaping, resume)
 
@@ -153,20 +158,22 @@ class PopulationCoordinator:
         return " | ".join(parts)
 
     # --- decisions ------------------------------------------------------------------------------
-    def step(self, env_steps: int) -> None:
-        """Refresh a frozen snapshot and run a PBT round when due."""
+    def step(self, env_steps: int) -> bool:
+        """Refresh a frozen snapshot and run a PBT round when due; True when the round copied
+        weights, which the runner then checkpoints at once."""
         if self.cfg.num_frozen_opponents and env_steps >= self._next_snapshot:
             self._refresh_snapshot()
             self._next_snapshot = env_steps + self.cfg.snapshot_every_env_steps
-        if self.pbt is not None and self.pbt.due(env_steps):
-            objectives = {p: self.objective(p) for p in self.returns}
-            events = self.pbt.step(env_steps, objectives)
-            self._carry_out(events)
-            assert self.history is not None  # created together with self.pbt
-            self.history.append(events)
-            self.save()
-            for event in events:
-                log.info("PBT: %s", _describe(event))
+        if self.pbt is None or not self.pbt.due(env_steps):
+            return False
+        objectives = {p: self.objective(p) for p in self.returns}
+        events = self.pbt.step(env_steps, objectives)
+        self._carry_out(events)
+        assert self.history is not None  # created together with self.pbt
+        self.history.append(events)
+        for event in events:
+            log.info("PBT: %s", _describe(event))
+        return any(e.kind == "replace" and e.source_policy is not None for e in events)
 
     def _refresh_snapshot(self) -> None:
         frozen = self.cfg.num_policies + self._snapshots % self.cfg.num_frozen_opponents
@@ -177,11 +184,7 @@ class PopulationCoordinator:
     # --- PBT ------------------------------------------------------------------------------------
     def _start_pbt(self, reward_shaping: dict[str, float], resume: bool) -> None:
         cfg = self.cfg
-        initial = {
-            "learning_rate": cfg.learning_rate,
-            "entropy_coeff": cfg.entropy_coeff,
-            "adam_beta1": cfg.adam_beta1,
-        }
+        initial = {name: getattr(cfg, name) for name in PBT_LEARNER_HYPERPARAMETERS}
         initial.update({SHAPING_PREFIX + k: v for k, v in reward_shaping.items()})
         settings = PbtSettings(
             period_env_steps=cfg.pbt_period_env_steps,
@@ -221,7 +224,7 @@ class PopulationCoordinator:
         assert self.pbt is not None  # called only when PBT runs
         for p in policies:
             values = self.pbt.hyperparameters(p)
-            learner = {k: v for k, v in values.items() if k in LEARNER_HYPERPARAMETERS}
+            learner = {k: v for k, v in values.items() if k in PBT_LEARNER_HYPERPARAMETERS}
             self.channels.send_to_learner(p, [SetHyperparameters(learner)])
             shaping = {
                 k.removeprefix(SHAPING_PREFIX): v
@@ -232,10 +235,42 @@ class PopulationCoordinator:
                 for w in range(self.cfg.num_workers):
                     self.channels.send_to_rollout_worker(w, [SetRewardShaping(p, shaping)])
 
-    def save(self) -> None:
-        """Write the PBT state next to the checkpoints (atomically)."""
+    # --- the PBT state, saved with the checkpoints -----------------------------------------------
+    def checkpoint_requested(self) -> None:
+        """Every learner was just asked for a checkpoint: keep the PBT state of this moment until
+        they have all answered. Each learner answers its requests in order, so a learner's answer
+        concerns the oldest pending request it has not answered yet."""
         if self.pbt is not None:
-            write_json_atomic(self.path / PBT_STATE_FILENAME, self.pbt.state_dict())
+            self._pending_states.append(_PendingState(self.pbt.state_dict(), set(self.returns)))
+
+    def checkpoint_written(self, policy_id: int) -> None:
+        """Policy `policy_id` wrote its checkpoint: once all have, save the state asked with it."""
+        self._answered(policy_id, written=True)
+
+    def checkpoint_failed(self, policy_id: int) -> None:
+        """Policy `policy_id` could not write its checkpoint: the state asked with it is never
+        saved, since the newest weights on disk are older than it."""
+        self._answered(policy_id, written=False)
+
+    def _answered(self, policy_id: int, written: bool) -> None:
+        pending = next((p for p in self._pending_states if policy_id in p.waiting), None)
+        if pending is None:
+            return  # no PBT, or a checkpoint not asked through the runner
+        pending.waiting.discard(policy_id)
+        pending.all_written &= written
+        while self._pending_states and not self._pending_states[0].waiting:
+            done = self._pending_states.popleft()
+            if done.all_written:
+                write_json_atomic(self.path / PBT_STATE_FILENAME, done.state)
+
+
+@dataclass
+class _PendingState:
+    """The PBT state at a checkpoint request, and the learners yet to answer it."""
+
+    state: dict
+    waiting: set[int]
+    all_written: bool = True
 
 
 def _describe(event: PbtEvent) -> str:

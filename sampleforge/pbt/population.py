@@ -65,6 +65,8 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from sampleforge.config.ranges import PBT_BOUNDS
+
 __all__ = [
     "DEFAULT_BOUNDS",
     "GroupSizes",
@@ -81,12 +83,7 @@ STATE_FORMAT = 1
 COMPLEMENT_SPACE = frozenset({"adam_beta1", "adam_beta2"})
 """Hyperparameters mutated through ``1 - value`` (averaging coefficients that must stay < 1)."""
 
-DEFAULT_BOUNDS: Mapping[str, tuple[float, float]] = {
-    "learning_rate": (1e-7, 1e-1),
-    "entropy_coeff": (0.0, 1.0),
-    "adam_beta1": (0.0, 0.999),
-    "adam_beta2": (0.0, 0.99999),
-}
+DEFAULT_BOUNDS: Mapping[str, tuple[float, float]] = PBT_BOUNDS
 """Clamp bounds (inclusive) of the usual hyperparameters; others are unbounded unless
 :attr:`PbtSettings.bounds` names them (reward-shaping coefficients may be negative)."""
 

@@ -5,7 +5,7 @@ Must not: compute training quantities or decide reporting cadence (the runner do
 """
 
 from sampleforge.telemetry.console import ProgressBar, format_status_line
-from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
+from sampleforge.telemetry.episode_stats import EpisodeStatsWindow, PopulationEpisodeWindows
 from sampleforge.telemetry.fps import FpsMeter
 from sampleforge.telemetry.metrics_writer import MetricsWriter
 from sampleforge.telemetry.status import TrainingStatus
@@ -16,6 +16,7 @@ __all__ = [
     "EpisodeStatsWindow",
     "FpsMeter",
     "MetricsWriter",
+    "PopulationEpisodeWindows",
     "ProgressBar",
     "RunSummary",
     "TrainingStatus",

@@ -31,7 +31,7 @@ from sampleforge.comms.messages import (
 from sampleforge.envs.stepping.faults import RateLimitedWarnings
 from sampleforge.telemetry.bottleneck import bottleneck
 from sampleforge.telemetry.console import format_status_line
-from sampleforge.telemetry.episode_stats import EpisodeStatsWindow
+from sampleforge.telemetry.episode_stats import PopulationEpisodeWindows
 from sampleforge.telemetry.fps import FpsMeter
 from sampleforge.telemetry.learning_curves import FULL_WINDOW, WINDOW_EPISODES
 from sampleforge.telemetry.status import TrainingStatus
@@ -58,7 +58,8 @@ class RunProgress:
     - ``env_steps`` / ``policy_version``: per trained policy, the env steps its learner has
       trained on and its SGD steps (restored from a checkpoint on resume).
     - ``frames_collected``: env frames the rollout workers have simulated.
-    - ``episodes``: returns and lengths of the trained policies' last 100 episodes.
+    - ``episodes``: returns and lengths of each trained policy's last 100 episodes, every policy
+      weighing the same in their means (`PopulationEpisodeWindows`).
     - ``lag``: (min, mean, max) policy lag of the last learner iteration.
     - ``timings``: ``perf/<component>_<part>_sec`` seconds, summed over the run.
     - ``env_faults``: env crashes the rollout workers recovered from.
@@ -69,7 +70,7 @@ class RunProgress:
     env_steps: dict[int, int] = field(default_factory=dict)
     policy_version: dict[int, int] = field(default_factory=dict)
     frames_collected: int = 0
-    episodes: EpisodeStatsWindow = field(default_factory=lambda: EpisodeStatsWindow(FULL_WINDOW))
+    episodes: PopulationEpisodeWindows = field(init=False)
     fps: FpsMeter = field(default_factory=FpsMeter)
     last_stats: dict[str, float] = field(default_factory=dict)
     lag: tuple[float, float, float] | None = None
@@ -81,6 +82,9 @@ class RunProgress:
     inference_samples: int = 0
     # Per rollout worker: an env failing at every step must not flood the log.
     _fault_warnings: dict[int, RateLimitedWarnings] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self.episodes = PopulationEpisodeWindows(self.num_trained_policies, FULL_WINDOW)
 
     @property
     def total_env_steps(self) -> int:
@@ -117,7 +121,7 @@ class RunProgress:
             self._on_sampler(msg)
         elif isinstance(msg, EpisodesFinished):
             if msg.policy_id < self.num_trained_policies:  # frozen opponents' don't count
-                self.episodes.add(msg.returns, msg.lengths)
+                self.episodes.add(msg.policy_id, msg.returns, msg.lengths)
         elif isinstance(msg, TrainingReport):
             self._on_training(msg)
         elif isinstance(msg, InferenceReport):

@@ -1,6 +1,7 @@
 """Settings an algorithm cannot honour are refused, each in one line naming the algorithm,
 instead of being ignored: PBT, frozen opponents, Munchausen on a distributional head (value-based
-algorithms), bfloat16 encoders (continuous control, which has none)."""
+algorithms), bfloat16 encoders (continuous control, which has none), return normalisation
+(outside the actor-critic family)."""
 
 from __future__ import annotations
 
@@ -161,4 +162,17 @@ def test_the_bootstrap_thread_and_adaptive_learner_threads_are_refused_together(
     (problem,) = caught.value.problems
     assert problem.startswith(
         "learner_threads_adaptive true cannot be combined with learner_bootstrap_thread true"
+    )
+
+
+@pytest.mark.parametrize("algorithm", ["dqn", "pqn", "sac", "td3"])
+def test_return_normalisation_outside_the_actor_critic_family_is_refused(algorithm):
+    # Once taken and ignored: no replay or PQN learner normalises its targets.
+    env = "Pendulum-v1" if algorithm in ("sac", "td3") else "CartPole-v1"
+    with pytest.raises(ConfigError) as caught:
+        make_config(env=env, algorithm=algorithm, normalize_returns=True)
+    (problem,) = caught.value.problems
+    assert problem == (
+        f"normalize_returns: algorithm '{algorithm}' does not normalise its value targets; use "
+        "false (true applies to appo, impala, a3c)"
     )

@@ -204,3 +204,17 @@ def test_the_categorical_support_must_not_be_empty(v_min, v_max):
     problem = _refusal(v_min=v_min, v_max=v_max)
     assert problem.startswith(f"v_min ({v_min:g}) must be below v_max ({v_max:g})")
     assert make_config(v_min=-1.0, v_max=1.0).v_max == 1.0
+
+
+@pytest.mark.parametrize(
+    "name, value, bounds",
+    [("learning_rate", 0.5, "[1e-07, 0.1]"), ("entropy_coeff", 2.0, "[0, 1]")],
+)
+def test_a_pbt_run_must_start_inside_the_bounds_pbt_keeps(name, value, bounds):
+    # The setting's own range admits the value; PBT's table refused it with a traceback after
+    # config.json was written.
+    problem = _refusal(env="CartPole-v1", with_pbt=True, num_policies=2, **{name: value})
+    assert problem == (
+        f"{name}: {value:g} is outside {bounds}, the bounds PBT keeps it within (with_pbt true)"
+    )
+    make_config(env="CartPole-v1", num_policies=2, **{name: value})  # fine without PBT

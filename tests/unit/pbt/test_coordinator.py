@@ -90,10 +90,18 @@ def test_a_pbt_round_copies_the_worst_from_the_best_and_sends_new_hyperparameter
     assert [(e.kind, e.policy, e.source_policy) for e in events][0] == ("replace", 0, 3)
 
 
+def _checkpoint(population, failed=()):
+    """What the runner does for a checkpoint: ask, then hear every learner's answer."""
+    population.checkpoint_requested()
+    for p in range(population.cfg.num_policies):
+        (population.checkpoint_failed if p in failed else population.checkpoint_written)(p)
+
+
 def test_the_pbt_schedule_survives_a_restart(tmp_path):
     population, _ = _population(tmp_path)
     _play(population, {0: -5.0, 1: 1.0, 2: 2.0, 3: 9.0})
-    population.step(1000)
+    assert population.step(1000)  # policy 0 copied policy 3: checkpoint now
+    _checkpoint(population)
     before = {p: population.pbt.hyperparameters(p) for p in range(4)}
     resumed, wiring = _population(tmp_path, resume=True)
     assert (tmp_path / PBT_STATE_FILENAME).exists()
@@ -136,3 +144,35 @@ def test_per_policy_lag_and_sample_share(tmp_path):
     assert scalars["policy_0/lag_mean"] == 2.5 and scalars["policy_0/sample_share"] == 0.75
     assert scalars["policy_1/sample_share"] == 0.25
     assert "lag 2.5 share 75%" in population.summary_line()
+
+
+def test_a_round_not_yet_checkpointed_runs_again_after_a_crash(tmp_path):
+    """The PBT state on disk never runs ahead of the weights: until every learner has written
+    the checkpoint that holds a round's copies, a resume starts from before that round."""
+    population, _ = _population(tmp_path)
+    _play(population, {0: -5.0, 1: 1.0, 2: 2.0, 3: 9.0})
+    _checkpoint(population)  # before the round
+    assert population.step(1000)
+    population.checkpoint_requested()  # the round's checkpoint: policies 0-2 write, then a crash
+    for p in range(3):
+        population.checkpoint_written(p)
+    resumed, _ = _population(tmp_path, resume=True)
+    assert resumed.pbt.rounds == 0 and resumed.pbt.due(1000)
+
+
+def test_the_state_of_a_failed_checkpoint_is_not_saved_and_later_ones_are(tmp_path):
+    population, _ = _population(tmp_path)
+    _play(population, {0: -5.0, 1: 1.0, 2: 2.0, 3: 9.0})
+    assert population.step(1000)
+    _checkpoint(population, failed={2})  # a full disk for policy 2
+    assert not (tmp_path / PBT_STATE_FILENAME).exists()
+    # Two requests in flight: answers come in order per learner, whichever learner is first.
+    population.checkpoint_requested()
+    assert not population.step(1500)  # not due
+    population.checkpoint_requested()
+    for p in (3, 1, 0, 2):
+        population.checkpoint_written(p)
+    assert _population(tmp_path, resume=True)[0].pbt.rounds == 1
+    for p in range(4):
+        population.checkpoint_written(p)
+    assert _population(tmp_path, resume=True)[0].pbt.rounds == 1

@@ -1,4 +1,4 @@
-"""Unit tests for EpisodeStatsWindow."""
+"""Unit tests for EpisodeStatsWindow and PopulationEpisodeWindows."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sampleforge.telemetry import EpisodeStatsWindow
+from sampleforge.telemetry import EpisodeStatsWindow, PopulationEpisodeWindows
 
 
 def test_empty_window() -> None:
@@ -69,3 +69,18 @@ def test_a_malformed_state_is_refused_and_changes_nothing() -> None:
     with pytest.raises(ValueError, match="1 returns, 0 lengths"):
         window.load_state_dict(bad)
     assert window.count == 1 and window.mean_return == 1.0
+
+
+def test_population_windows_count_the_fullness_of_the_emptiest_and_round_trip() -> None:
+    windows = PopulationEpisodeWindows(2, maxlen=4)
+    windows.add(0, [1.0] * 6, [1] * 6)
+    windows.add(1, [3.0, 5.0], [2, 2])
+    assert windows.count == 2 and windows.total_episodes == 8  # policy 1's window is half full
+    assert windows.mean_return == 2.5 and windows.best_mean_return == 2.5
+    windows.add(1, [-20.0] * 4, [2] * 4)
+    assert windows.mean_return == -9.5 and windows.best_mean_return == 2.5
+    restored = PopulationEpisodeWindows(2, maxlen=4)
+    restored.load_state_dict(json.loads(json.dumps(windows.state_dict())))
+    assert restored.state_dict() == windows.state_dict()
+    with pytest.raises(ValueError, match="windows of policies"):
+        PopulationEpisodeWindows(3, maxlen=4).load_state_dict(windows.state_dict())
