@@ -22,8 +22,9 @@ counted per seat (multi-agent, with the env's "win" outcome). A seat that finish
 others gets done flags and invalid steps until its env's episode ends, so nothing it "does"
 after finishing is trained on.
 
-An env fault is an exception from `step` or `reset`, a non-finite observation or reward, or a
-reward that is not a number (None, a string, an array of several values; see `faults.py`).
+An env fault is an exception from `step` or `reset`, a non-finite observation or reward, a
+reward that is not a number (None, a string, an array of several values; see `faults.py`), or, of
+a multi-agent env, results that are not one per seat (observations, rewards, flags, info dicts).
 With the "restart" policy the env is rebuilt, the transition is marked invalid (never trained
 on) and ends the episode; with "fail" an `EnvFaultError` carrying the original error is raised.
 Non-finite values never leave this module: they are replaced by zeros before anyone reads them.
@@ -65,6 +66,9 @@ from sampleforge.envs.stepping.faults import (
     fault_description,
     one_line,
     scalar_reward,
+    seat_entries,
+    seat_flags,
+    seat_infos,
     seat_rewards,
 )
 from sampleforge.spaces import actions_to_env, observation_to_dict
@@ -372,19 +376,17 @@ class MultiAgentEnvSplit(EnvSplit):
         env_actions = actions_to_env(actions, self.action_space)
         observations: list[Any] = []
         out.valids[:] = 1.0
-        for i, env in enumerate(self.agent_envs):
+        for i in range(len(self.agent_envs)):
             rows = self.env_rows(i)
-            finished_before = self._seat_done[rows].copy()
             try:
                 if self._reset_pending[i]:
                     obs = self._reset_after_truncation(i, outcome)
                     self._clear_episode(rows)
                     out.rewards[rows], out.dones[rows] = 0.0, 1.0
                     exclude(out.valids, rows, Excluded.TRUNCATION_RESET)
-                    observations += list(obs)
-                    continue
-                obs, rewards, terminated, truncated, infos = env.step(list(env_actions[rows]))
-                out.rewards[rows] = seat_rewards(rewards, self.seats)
+                else:
+                    obs = self._step_seats(i, list(env_actions[rows]), out, outcome)
+                obs = seat_entries(obs, self.seats, "observations")
             except Exception as e:  # noqa: BLE001 - the fault policy decides
                 obs = self._on_fault(i, fault_description(e), outcome, rebuild=True, cause=e)
                 self._clear_episode(rows)
@@ -392,25 +394,36 @@ class MultiAgentEnvSplit(EnvSplit):
                 out.dones[rows] = 1.0
                 exclude(out.valids, rows, Excluded.ENV_FAULT)
                 outcome.ended_envs.append(i)
-                observations += list(obs)
-                continue
-            terminated = np.asarray(terminated, dtype=bool)
-            truncated = np.asarray(truncated, dtype=bool) & ~terminated
-            # A seat that was already done has nothing left to learn from in this episode.
-            exclude(out.valids[rows], finished_before, Excluded.SEAT_OUT_OF_PLAY)  # a view
-            out.rewards[rows] = np.where(finished_before, 0.0, out.rewards[rows])
-            self._count(
-                rows, out.rewards[rows], terminated | truncated, finished_before, infos, outcome
-            )
-            # A truncated seat bootstraps from its final observation (module docstring).
-            out.dones[rows] = np.logical_or(terminated, finished_before)
-            if self._seat_done[rows].all():
-                obs = self._end_episode(i, obs, truncated & ~finished_before, outcome)
             observations += list(obs)
         self._write_checked(observations, out.next_obs, "in a step")
         self._check_finite(out, outcome)
         self.consecutive_faults.end_step()
         return outcome
+
+    def _step_seats(self, i: int, actions: list, out: StepTargets, outcome: StepOutcome) -> Any:
+        """Step env `i` with its seats' `actions`, writing its rows of `out`; returns its
+        observations for t + 1 (those of its next episode when every seat is done). Everything
+        the env returned is checked before any of it is counted, so a broken step is a fault
+        that counted nothing."""
+        rows = self.env_rows(i)
+        finished_before = self._seat_done[rows].copy()
+        obs, rewards, terminated, truncated, infos = self.agent_envs[i].step(actions)
+        rewards = seat_rewards(rewards, self.seats)
+        terminated = seat_flags(terminated, self.seats, "terminated")
+        truncated = seat_flags(truncated, self.seats, "truncated") & ~terminated
+        infos = seat_infos(infos, self.seats)
+        obs = seat_entries(obs, self.seats, "observations")
+        # A seat that was already done has nothing left to learn from in this episode.
+        out.rewards[rows] = np.where(finished_before, 0.0, rewards)
+        exclude(out.valids[rows], finished_before, Excluded.SEAT_OUT_OF_PLAY)  # a view
+        self._count(
+            rows, out.rewards[rows], terminated | truncated, finished_before, infos, outcome
+        )
+        # A truncated seat bootstraps from its final observation (module docstring).
+        out.dones[rows] = np.logical_or(terminated, finished_before)
+        if self._seat_done[rows].all():
+            obs = self._end_episode(i, obs, truncated & ~finished_before, outcome)
+        return obs
 
     def _end_episode(
         self, i: int, final_obs: Any, truncated_now: np.ndarray, outcome: StepOutcome

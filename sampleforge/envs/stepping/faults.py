@@ -143,6 +143,52 @@ def seat_rewards(raw: Any, seats: int) -> np.ndarray:
     return value
 
 
+def seat_flags(raw: Any, seats: int, what: str) -> np.ndarray:
+    """A multi-agent env's `terminated` or `truncated` (`what`): one flag per seat, as bools;
+    BadEnvOutputError otherwise."""
+    value = _numeric_array(raw, what, "one flag per seat")
+    if value.shape not in ((), (seats,)):
+        raise BadEnvOutputError(
+            f"returned {what} of shape {value.shape} for {seats} seats; expected one flag per seat"
+        )
+    return np.broadcast_to(value.astype(bool), (seats,))
+
+
+def seat_entries(raw: Any, seats: int, what: str) -> list[Any]:
+    """A multi-agent env's observations or infos (`what`): a sequence with one entry per seat,
+    as a list; BadEnvOutputError otherwise."""
+    # A dict or a string iterates, but over keys or characters, not seats.
+    entries = None if isinstance(raw, (dict, str, bytes)) else _as_list(raw)
+    if entries is None:
+        raise BadEnvOutputError(
+            f"returned {what} of type {type(raw).__name__}; expected one per seat"
+        )
+    if len(entries) != seats:
+        raise BadEnvOutputError(
+            f"returned {len(entries)} {what} for {seats} seats; expected one per seat"
+        )
+    return entries
+
+
+def _as_list(raw: Any) -> list[Any] | None:
+    try:
+        return list(raw)
+    except TypeError:
+        return None
+
+
+def seat_infos(raw: Any, seats: int) -> list[dict]:
+    """A multi-agent env's infos: one dict per seat; BadEnvOutputError otherwise."""
+    infos = seat_entries(raw, seats, "infos")
+    for seat, info in enumerate(infos):
+        if not isinstance(info, dict):
+            raise BadEnvOutputError(
+                f"returned an info of type {type(info).__name__} for seat {seat}; "
+                "expected one dict per seat"
+            )
+    return infos
+
+
 def _numeric_array(raw: Any, what: str, expected: str) -> np.ndarray:
     try:
         value = np.asarray(raw)

@@ -388,6 +388,82 @@ def test_multi_agent_rewards_must_be_one_number_per_seat():
     ]
 
 
+class BrokenTwoSeatEnv(TwoSeatEnv):
+    """TwoSeatEnv whose step at t == 2 breaks its contract in one way (`how`); every other step
+    is TwoSeatEnv's. Both seats end there, so the env's own reset is part of that step."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+
+    def step(self, actions):
+        obs, rewards, terminated, truncated, infos = super().step(actions)
+        if self.t != 2:
+            return obs, rewards, terminated, truncated, infos
+        terminated = np.array([True, True])
+        if self.how == "reset raises":
+            self.reset = self._broken_reset
+        elif self.how == "no infos":
+            infos = None
+        elif self.how == "an info per env":
+            infos = {"win": 1.0}
+        elif self.how == "a list as info":
+            infos = [{}, []]
+        elif self.how == "one observation":
+            obs = obs[:1]
+        elif self.how == "three flags":
+            terminated = np.array([True, True, False])
+        return obs, rewards, terminated, truncated, infos
+
+    def _broken_reset(self, seed=None):
+        raise RuntimeError("the simulator went away")
+
+
+@pytest.mark.parametrize(
+    "how, what",
+    [
+        ("reset raises", "RuntimeError: the simulator went away"),
+        ("no infos", "returned infos of type NoneType; expected one per seat"),
+        ("an info per env", "returned infos of type dict; expected one per seat"),
+        ("a list as info", "returned an info of type list for seat 1; expected one dict per seat"),
+        ("one observation", "returned 1 observations for 2 seats; expected one per seat"),
+        (
+            "three flags",
+            "returned terminated of shape (3,) for 2 seats; expected one flag per seat",
+        ),
+    ],
+)
+def test_a_multi_agent_env_breaking_its_contract_at_an_episode_end_is_a_fault(how, what):
+    # Once these went past the fault policy as a traceback that ended the worker.
+    from sampleforge.envs.stepping.env_split import MultiAgentEnvSplit
+
+    split = MultiAgentEnvSplit(
+        env_spec=EnvSpec("broken_seats", lambda ctx: BrokenTwoSeatEnv(how), multi_agent=True),
+        worker_index=0,
+        first_env_index=0,
+        num_envs=1,
+        seed=0,
+        error_policy="restart",
+    )
+    split.reset_all({"obs": np.zeros((2, 1), np.float32)})
+    seen = []
+    for _ in range(3):
+        out = _targets(2)
+        out.next_obs = {"obs": np.full((2, 1), -1.0, np.float32)}
+        outcome = split.step(np.zeros((2, 1), np.int64), out)
+        seen.append((outcome, out))
+    (outcome, out) = seen[1]
+    assert outcome.faults == [f"env 'broken_seats' failed in worker 0 (env 0): {what}"]
+    # Both seats' episodes ended before the reset that failed; nothing is counted of a step
+    # whose results were broken.
+    assert outcome.episode_returns == ([2.0, 2.0] if how == "reset raises" else [])
+    assert outcome.ended_envs == [0]
+    assert out.valids.tolist() == [0.0, 0.0] and out.dones.tolist() == [1.0, 1.0]
+    assert out.next_obs["obs"][:, 0].tolist() == [0.0, 0.0]  # the rebuilt env's first obs
+    outcome, out = seen[2]  # the rebuilt env plays on from its first step
+    assert outcome.faults == [] and out.next_obs["obs"][:, 0].tolist() == [11.0, 21.0]
+
+
 def test_fault_warnings_are_rate_limited_with_a_count_of_those_left_out(caplog):
     clock = FakeClock()
     warnings = RateLimitedWarnings(burst=3, interval_sec=30.0, clock=clock)
