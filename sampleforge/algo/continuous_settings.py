@@ -45,7 +45,8 @@ class ContinuousSettings(ReplaySettings):
     )
     random_action_steps: int = setting(
         5_000,
-        "Agent steps of uniformly random actions before the policy acts (the warm-up).",
+        "Env steps of uniformly random actions before the policy acts (the warm-up); like "
+        "every step count here, agent steps times the env's frameskip.",
         _GROUP,
     )
     exploration_noise: float = setting(

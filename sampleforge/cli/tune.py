@@ -201,7 +201,7 @@ def _spaces(items: list[str], flag: str) -> list[tuple[str, Any]]:
     """`NAME=A,B,C` -> (NAME, [A, B, C]) with values of the setting's type; `NAME=LOW:HIGH` ->
     (NAME, Range(LOW, HIGH))."""
     from sampleforge.config.schema import Config
-    from sampleforge.config.validation import coerce_value
+    from sampleforge.config.validation import coerce_value, unwrap_optional
     from sampleforge.tune.search import Range
 
     hints = typing.get_type_hints(Config)
@@ -214,7 +214,8 @@ def _spaces(items: list[str], flag: str) -> list[tuple[str, Any]]:
             raise ConfigError([f"--{flag} {name}: not a setting (see sampleforge train --help)"])
         if typing.get_origin(hints[name]) is tuple:
             raise ConfigError([f"--{flag} {name}: a list setting cannot be searched here"])
-        if ":" in values and "," not in values:
+        numeric = unwrap_optional(hints[name])[0] in (int, float)
+        if numeric and ":" in values and "," not in values:  # cuda:1 is a value, not a range
             spaces.append((name, _range(flag, name, values, Range)))
             continue
         try:

@@ -41,6 +41,7 @@ from sampleforge.learners.optimization import (
     average_and_clip,
     encoder_compute_dtype,
     load_model,
+    load_optimizer_state,
     raise_unless_finite,
     schedule_progress,
     set_scheduled_learning_rate,
@@ -426,7 +427,7 @@ class ActorCriticLearner:
 
     def load_state_dict(self, state: dict) -> None:
         load_model(self.model, state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self.policy_version = int(state["policy_version"])
         self.env_steps = int(state["env_steps"])
         self.skipped_updates = int(state.get("skipped_updates", 0))

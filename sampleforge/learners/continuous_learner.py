@@ -56,6 +56,7 @@ from sampleforge.learners.optimization import (
     all_ranks,
     average_and_clip,
     load_model,
+    load_optimizer_state,
     make_adam,
     polyak_update,
     raise_unless_finite,
@@ -412,10 +413,10 @@ class ContinuousLearner(ReplayLearning):
             if module is not None and state[key] is not None:
                 load_model(module, state[key])
         self.temperature.load_state_dict(state["temperature"])
-        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
-        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        load_optimizer_state(self.critic_optimizer, state["critic_optimizer"])
+        load_optimizer_state(self.actor_optimizer, state["actor_optimizer"])
         if self.temperature_optimizer is not None and state["temperature_optimizer"] is not None:
-            self.temperature_optimizer.load_state_dict(state["temperature_optimizer"])
+            load_optimizer_state(self.temperature_optimizer, state["temperature_optimizer"])
         self._restore_counters(state)
 
 

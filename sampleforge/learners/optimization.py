@@ -1,7 +1,8 @@
 """What every learner family's optimizer step shares: gradients averaged over the ranks of a
 data-parallel run and clipped (`average_and_clip`), the non-finite checks
 that keep a bad update out of inference and checkpoints (a step undone, `step_unless_non_finite`,
-and counted, `SkippedUpdates`), loading weights with a clear error, the Adam the replay learners
+and counted, `SkippedUpdates`), loading weights with a clear error and optimizer state with this run's settings
+(`load_optimizer_state`), the Adam the replay learners
 build (`make_adam`), how their target networks follow (`polyak_update`) and the precision the
 learner's encoders compute in (`encoder_compute_dtype`).
 
@@ -126,6 +127,17 @@ def load_model(model: nn.Module, state: dict) -> None:
             f"checkpoint does not fit this model ({'; '.join(lines[:2])}); was it "
             "written for another env or model config?"
         ) from None
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Continue `optimizer` from a checkpoint's `state`: its moments and step counts, but this
+    optimizer's own settings (learning rate, betas, eps, ...). `Optimizer.load_state_dict`
+    would bring back the checkpoint's settings too, so a run resumed or restored with a new
+    `--adam_eps` or `--adam_beta2` would go on with the old ones, unannounced."""
+    settings = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, own in zip(optimizer.param_groups, settings, strict=True):
+        group.update(own)
 
 
 def step_unless_non_finite(

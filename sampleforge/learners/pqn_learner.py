@@ -38,6 +38,7 @@ from sampleforge.learners.optimization import (
     average_and_clip,
     encoder_compute_dtype,
     load_model,
+    load_optimizer_state,
     raise_unless_finite,
     schedule_progress,
     set_scheduled_learning_rate,
@@ -269,7 +270,7 @@ class PQNLearner:
 
     def load_state_dict(self, state: dict) -> None:
         load_model(self._model, state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         self._policy_version = int(state["policy_version"])
         self._env_steps = int(state["env_steps"])
         self.skips.total = int(state.get("skipped_updates", 0))

@@ -43,6 +43,7 @@ from sampleforge.learners.optimization import (
     average_and_clip,
     encoder_compute_dtype,
     load_model,
+    load_optimizer_state,
     make_adam,
     polyak_update,
     raise_unless_finite,
@@ -404,7 +405,7 @@ class ValueLearner(ReplayLearning):
     def load_state_dict(self, state: dict) -> None:
         load_model(self._model, state["model"])
         self.target.load_state_dict(state["target"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         if self.fraction_optimizer is not None and state["fraction_optimizer"] is not None:
-            self.fraction_optimizer.load_state_dict(state["fraction_optimizer"])
+            load_optimizer_state(self.fraction_optimizer, state["fraction_optimizer"])
         self._restore_counters(state)

@@ -49,6 +49,8 @@ def _exit_code(argv: list[str]) -> int:
         (["--gpus_per_trial", "-1"], "--gpus_per_trial"),
         (["--gpus_per_trial", "nan"], "--gpus_per_trial"),
         (["--param", "device=cpu,cuda:1"], "'cuda:1' picks a GPU; under Ray Tune use --device"),
+        # One value with a colon is a value of a setting that is not a number, not a range.
+        (["--param", "device=cuda:1"], "'cuda:1' picks a GPU; under Ray Tune use --device"),
         (["--perturbation_factors", "1.2"], "--perturbation_factors"),
     ],
 )

@@ -289,3 +289,15 @@ def test_with_the_thread_an_overflowing_step_is_undone(algorithm):
         after["actor"], before["actor"]
     )
     assert exactly_equal(after["optimizers"], before["optimizers"])
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_resumed_learner_uses_the_adam_settings_of_its_config(algorithm):
+    learner = make_learner(config(algorithm))
+    learner.train([batch(0)], _noop)
+    other = make_learner(config(algorithm, adam_eps=1e-3, adam_beta2=0.9), seed=7)
+    other.load_state_dict(copy.deepcopy(learner.state_dict()))
+    optimizers = [other.critic_optimizer, other.actor_optimizer, other.temperature_optimizer]
+    for optimizer in filter(None, optimizers):
+        for group in optimizer.param_groups:
+            assert group["eps"] == 1e-3 and group["betas"][1] == 0.9

@@ -336,3 +336,12 @@ def test_every_value_algorithm_trains_with_the_thread(algorithm):
     assert learner.updates == 8 and learner.policy_version == 8
     assert not same(before, params(learner.network))
     assert all(torch.isfinite(p).all() for p in learner.network.parameters())
+
+
+def test_a_resumed_learner_uses_the_adam_settings_of_its_config():
+    learner = make_learner(config("dqn"))
+    learner.train([batch(0)], _noop)
+    resumed = make_learner(config("dqn", adam_eps=1e-3, adam_beta2=0.9), seed=1)
+    resumed.load_state_dict(copy.deepcopy(learner.state_dict()))
+    (group,) = resumed.optimizer.param_groups
+    assert group["eps"] == 1e-3 and group["betas"][1] == 0.9
