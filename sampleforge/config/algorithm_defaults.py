@@ -262,6 +262,8 @@ def value_settings(algorithm: str, family: str | None) -> dict[str, Any]:
 
 
 def continuous_settings(algorithm: str, family: str | None) -> dict[str, Any]:
-    """The settings of continuous-control `algorithm` on an env of `family` (None: none)."""
-    env_part = CONTINUOUS_FAMILY_SETTINGS.get(family, {}) if family else {}
+    """The settings of continuous-control `algorithm` on an env of `family`. An env of no
+    family (the user's own) has Box actions like every env these algorithms take, so it gets
+    the recipe of the continuous family."""
+    env_part = CONTINUOUS_FAMILY_SETTINGS.get(family or "continuous", {})
     return {**env_part, **CONTINUOUS_ALGORITHM_SETTINGS[algorithm]}

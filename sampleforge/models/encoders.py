@@ -171,8 +171,9 @@ class MlpEncoder(Encoder):
         self.out_size = size
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # float() also accepts uint8/bool vectors (e.g. RAM observations) without scaling them.
-        return self.net(x.flatten(1).float())
+        # float() also accepts uint8/bool vectors (e.g. RAM observations) without scaling them;
+        # reshape, not flatten(1), so that a Box of shape () (one number, [B]) is [B, 1].
+        return self.net(x.reshape(x.shape[0], -1).float())
 
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:

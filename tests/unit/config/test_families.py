@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -100,6 +101,17 @@ def test_atari_without_a_preset_gets_the_atari_ppo_recipe_not_cartpoles():
     assert cfg.learning_rate != Config().learning_rate  # not CartPole's
     # Two epochs over the first 1M frames: Breakout's 10 by 0.5M frames.
     assert (cfg.early_num_epochs, cfg.early_env_steps) == (2, 1_000_000)
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3", "ddpg", "crossq"])
+def test_a_user_env_of_no_family_gets_the_continuous_recipe(algorithm):
+    # Every env a continuous-control algorithm takes has Box actions; the user's own once got
+    # the generic defaults (a small replay and network, learning from the first steps).
+    own = make_config(algorithm=algorithm, env="my_package.envs:make_env")
+    mujoco = make_config(algorithm=algorithm, env="HalfCheetah-v5")
+    assert env_family("my_package.envs:make_env") is None
+    assert dataclasses.asdict(own) == {**dataclasses.asdict(mujoco), "env": own.env}
+    assert config_sources(own)["replay_size"] == "family"
 
 
 def test_flags_win_over_the_preset_which_wins_over_the_family():

@@ -72,6 +72,13 @@ def test_mlp_encoder_sizes() -> None:
     assert MlpEncoder(5, hidden_sizes=()).out_size == 5
 
 
+def test_a_box_of_shape_nothing_is_one_number_per_sample() -> None:
+    # Box(low, high, ()) observations batch to [B]: flatten(1) refused them at the first act.
+    specs = {"obs": TensorSpec((), torch.float32)}
+    encoder = make_encoder(specs, "mlp", mlp_hidden_sizes=(8,), activation="relu")
+    assert encoder({"obs": torch.randn(3)}).shape == (3, 8)
+
+
 def test_conv_encoder_84x84_output_and_layers() -> None:
     enc = ConvEncoder((4, 84, 84))
     convs = [m for m in enc.convs if isinstance(m, torch.nn.Conv2d)]
