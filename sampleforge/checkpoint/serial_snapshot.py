@@ -50,7 +50,9 @@ log = logging.getLogger(__name__)
 
 SNAPSHOT_FILENAME = "serial_state.pt"
 SIDECAR_SUFFIX = ".json"  # serial_state.pt.json, plain JSON: read before anything is unpickled
-FORMAT_VERSION = 2  # 2: the sidecar names the checkpoints the snapshot belongs to
+# 2: the sidecar names the checkpoints the snapshot belongs to; 3: the run's episode window
+# is a PopulationEpisodeWindows
+FORMAT_VERSION = 3
 
 
 class Snapshotable(Protocol):
