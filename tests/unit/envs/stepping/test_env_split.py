@@ -234,11 +234,12 @@ class TwoSeatEnv(MultiAgentEnv):
         return obs, np.ones(2, np.float32), terminated, truncated, [{}, {}]
 
 
-def test_multi_agent_truncated_seat_bootstraps_and_the_env_resets_one_step_later():
+def _two_seat_split(name: str, factory):
+    """One two-seat env (restart policy), reset: its first observations written."""
     from sampleforge.envs.stepping.env_split import MultiAgentEnvSplit
 
     split = MultiAgentEnvSplit(
-        env_spec=EnvSpec("two_seats", lambda ctx: TwoSeatEnv(), multi_agent=True),
+        env_spec=EnvSpec(name, factory, multi_agent=True),
         worker_index=0,
         first_env_index=0,
         num_envs=1,
@@ -246,6 +247,11 @@ def test_multi_agent_truncated_seat_bootstraps_and_the_env_resets_one_step_later
         error_policy="restart",
     )
     split.reset_all({"obs": np.zeros((2, 1), np.float32)})
+    return split
+
+
+def test_multi_agent_truncated_seat_bootstraps_and_the_env_resets_one_step_later():
+    split = _two_seat_split("two_seats", lambda ctx: TwoSeatEnv())
     seen = []
     for _ in range(5):
         out = _targets(2)
@@ -363,22 +369,13 @@ def test_rewards_that_are_one_number_are_taken(reward):
 
 
 def test_multi_agent_rewards_must_be_one_number_per_seat():
-    from sampleforge.envs.stepping.env_split import MultiAgentEnvSplit
 
     class BadRewards(TwoSeatEnv):
         def step(self, actions):
             obs, _, terminated, truncated, infos = super().step(actions)
             return obs, [1.0, None], terminated, truncated, infos
 
-    split = MultiAgentEnvSplit(
-        env_spec=EnvSpec("bad_seat_rewards", lambda ctx: BadRewards(), multi_agent=True),
-        worker_index=0,
-        first_env_index=0,
-        num_envs=1,
-        seed=0,
-        error_policy="restart",
-    )
-    split.reset_all({"obs": np.zeros((2, 1), np.float32)})
+    split = _two_seat_split("bad_seat_rewards", lambda ctx: BadRewards())
     out = _targets(2)
     out.next_obs = {"obs": np.zeros((2, 1), np.float32)}
     outcome = split.step(np.zeros((2, 1), np.int64), out)
@@ -435,17 +432,7 @@ class BrokenTwoSeatEnv(TwoSeatEnv):
 )
 def test_a_multi_agent_env_breaking_its_contract_at_an_episode_end_is_a_fault(how, what):
     # Once these went past the fault policy as a traceback that ended the worker.
-    from sampleforge.envs.stepping.env_split import MultiAgentEnvSplit
-
-    split = MultiAgentEnvSplit(
-        env_spec=EnvSpec("broken_seats", lambda ctx: BrokenTwoSeatEnv(how), multi_agent=True),
-        worker_index=0,
-        first_env_index=0,
-        num_envs=1,
-        seed=0,
-        error_policy="restart",
-    )
-    split.reset_all({"obs": np.zeros((2, 1), np.float32)})
+    split = _two_seat_split("broken_seats", lambda ctx: BrokenTwoSeatEnv(how))
     seen = []
     for _ in range(3):
         out = _targets(2)
