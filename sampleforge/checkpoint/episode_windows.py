@@ -1,10 +1,10 @@
 """The run's episode windows, kept next to the checkpoints so that a resume continues them.
 
 The last-100-episode windows (the run's, behind the status line, `summary.json` and
-`stop_at_mean_return`; each policy's, behind the best checkpoint and PBT) live in the runner,
-not in the learners' checkpoints. Without this file a resumed run starts them empty, and its
-first means come from a few games: one resumed Pong run reported a best mean return of 20.0
-from 3 games.
+`stop_at_mean_return`, which holds each policy's, behind the best checkpoint and PBT) live in
+the runner, not in the learners' checkpoints. Without this file a resumed run starts them
+empty, and its first means come from a few games: one resumed Pong run reported a best mean
+return of 20.0 from 3 games.
 
 The runner rewrites `episode_windows.json` (atomically) whenever a learner reports a
 checkpoint, with the name of each policy's newest checkpoint, and once more at the end of a

@@ -206,7 +206,12 @@ class Runner:
         )
         self.evaluation = TrainingEvaluation.for_run(self.cfg, self.wiring.evaluation_inboxes)
         self.population = PopulationCoordinator(
-            self.cfg, self.wiring, self.exp.path, self.env.reward_shaping, self.resume
+            self.cfg,
+            self.wiring,
+            self.exp.path,
+            self.env.reward_shaping,
+            self.resume,
+            episodes=self.progress.episodes,
         )
         self.host = (
             InlineHost(self.wiring.report_queue)
@@ -531,9 +536,8 @@ class Runner:
             save_episode_windows(self.exp.path, self._newest_checkpoints, self._windows())
 
     def _windows(self) -> dict[str, Window]:
-        """The episode windows a resume continues: the run's and each policy's."""
-        policies = {f"policy_{p}": window for p, window in self.population.returns.items()}
-        return {"run": self.progress.episodes, **policies}
+        """The episode windows a resume continues: the run's, which holds each policy's."""
+        return {"run": self.progress.episodes}
 
     def _request_checkpoint(self, final: bool, score: bool = True) -> None:
         if not self._writes:

@@ -3,7 +3,8 @@
 The runner hands it every `EpisodesFinished` report and, on each loop, the total env steps; it
 answers with the commands that carry out its decisions:
 
-- **Statistics** per policy: mean return and length over its last 100 episodes, its win rate
+- **Statistics** per policy: mean return and length over its last 100 episodes (the run's
+  own windows, `RunProgress.episodes`, which the runner fills), its win rate
   over its last 100 matches (envs that report outcomes), its policy lag and its share of the
   samples trained on, written as `policy_<p>/...` scalars and one console line.
 - **Frozen snapshots**: every `snapshot_every_env_steps`, frozen opponent `k` (round robin)
@@ -26,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -51,7 +52,7 @@ from sampleforge.pbt import (
     PbtSettings,
     PopulationBasedTraining,
 )
-from sampleforge.telemetry import EpisodeStatsWindow
+from sampleforge.telemetry import EpisodeStatsWindow, PopulationEpisodeWindows
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +78,12 @@ class PopulationCoordinator:
         experiment_path: Path,
         reward_shaping: dict[str, float],
         resume: bool,
+        episodes: PopulationEpisodeWindows,
     ):
         self.cfg = cfg
         self.channels = channels
         self.path = experiment_path
-        self.returns = {p: EpisodeStatsWindow(100) for p in range(cfg.num_policies)}
+        self.returns: Mapping[int, EpisodeStatsWindow] = episodes.windows  # read, not filled
         self.wins: dict[int, deque[float]] = {p: deque(maxlen=100) for p in range(cfg.num_policies)}
         self.lag: dict[int, float] = {}  # mean policy lag of each learner's last iteration
         self.env_steps: dict[int, int] = {}
@@ -96,8 +98,7 @@ class PopulationCoordinator:
 
     # --- statistics -----------------------------------------------------------------------------
     def on_episodes(self, msg: EpisodesFinished) -> None:
-        if msg.policy_id in self.returns:  # frozen opponents' episodes are not tracked
-            self.returns[msg.policy_id].add(msg.returns, msg.lengths)
+        if msg.policy_id in self.wins:  # frozen opponents' episodes are not tracked
             self.wins[msg.policy_id].extend(msg.wins)
 
     def on_training(self, msg: TrainingReport) -> None:

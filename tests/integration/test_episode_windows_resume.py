@@ -35,13 +35,13 @@ def test_a_resumed_run_starts_with_the_windows_of_its_checkpoint(tmp_path: Path)
     # The windows at the end of the call, with the episodes the workers flushed as they paused.
     saved = json.loads((tmp_path / "windows" / EPISODE_WINDOWS_FILENAME).read_text())["windows"]
     assert saved["run"] == at_the_end
-    assert saved["policy_0"]["total_episodes"] > 100  # CartPole's first games are short
+    assert saved["run"]["policies"]["0"]["total_episodes"] > 100  # CartPole's first games are short
 
     with _runner(tmp_path) as resumed:
         resumed.start()
         assert resumed.progress.episodes.state_dict() == saved["run"]
         assert resumed.progress.episodes.count == 100
-        assert resumed.population.returns[0].state_dict() == saved["policy_0"]
+        assert resumed.population.returns[0].state_dict() == saved["run"]["policies"]["0"]
 
     # Without the file, the same resume starts with empty windows (what the file fixes).
     (tmp_path / "windows" / EPISODE_WINDOWS_FILENAME).unlink()

@@ -18,6 +18,7 @@ from sampleforge.comms.messages import (
 from sampleforge.config import make_config
 from sampleforge.pbt import HISTORY_FILENAME, PbtHistory
 from sampleforge.pbt.coordinator import PBT_STATE_FILENAME, PopulationCoordinator
+from sampleforge.telemetry import PopulationEpisodeWindows
 
 
 @dataclass
@@ -54,12 +55,19 @@ def _population(tmp_path, resume=False, **overrides):
         **overrides,
     )
     wiring = FakeChannels(cfg.num_policies, cfg.num_workers)
-    return PopulationCoordinator(cfg, wiring, tmp_path, {"hit": 0.1}, resume=resume), wiring
+    episodes = PopulationEpisodeWindows(cfg.num_policies)
+    population = PopulationCoordinator(
+        cfg, wiring, tmp_path, {"hit": 0.1}, resume=resume, episodes=episodes
+    )
+    return population, wiring
 
 
 def _play(population, returns_by_policy):
+    """Episodes reported as the runner does: into the run's windows, then to the coordinator."""
     for p, ret in returns_by_policy.items():
-        population.on_episodes(EpisodesFinished(p, [ret] * 10, [5] * 10))
+        msg = EpisodesFinished(p, [ret] * 10, [5] * 10)
+        population.returns[p].add(msg.returns, msg.lengths)
+        population.on_episodes(msg)
 
 
 def test_a_pbt_round_copies_the_worst_from_the_best_and_sends_new_hyperparameters(tmp_path):
@@ -123,7 +131,9 @@ def test_win_rate_is_the_objective_when_the_env_reports_outcomes(tmp_path):
 def test_frozen_snapshots_rotate_round_robin(tmp_path):
     cfg = make_config(num_policies=2, num_frozen_opponents=2, snapshot_every_env_steps=100, seed=0)
     wiring = FakeChannels(2, cfg.num_workers)
-    population = PopulationCoordinator(cfg, wiring, tmp_path, {}, resume=False)
+    population = PopulationCoordinator(
+        cfg, wiring, tmp_path, {}, resume=False, episodes=PopulationEpisodeWindows(2)
+    )
     published = []
     for steps in (50, 100, 150, 210, 320):
         population.step(steps)
