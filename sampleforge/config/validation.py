@@ -520,6 +520,7 @@ def _policy_mapping_problems(cfg: Config) -> list[str]:
 def validate_config(cfg: Config) -> None:
     """Raise ConfigError listing every range and cross-field problem of `cfg` at once."""
     problems = range_problems(cfg)
+    # PBT's bounds once every value is inside its own range: one line per bad value.
     problems += cross_field_problems(cfg) + (pbt_problems(cfg) if not problems else [])
     if problems:
         raise ConfigError(problems)

@@ -47,13 +47,9 @@ class EpisodeStatsWindow:
         self._returns.extend(float(r) for r in returns)
         self._lengths.extend(float(n) for n in lengths)
         self._total_episodes += len(returns)
-        mean = self.mean_return
-        if mean is None:  # unreachable: the window just received at least one episode
+        if self.mean_return is None:  # unreachable: the window just received an episode
             raise AssertionError("episode window empty right after add")
-        if math.isnan(mean):
-            return  # a NaN best would compare False forever and freeze the record
-        if self._best_mean_return is None or mean > self._best_mean_return:
-            self._best_mean_return = mean
+        self._best_mean_return = _highest(self._best_mean_return, self.mean_return)
 
     @property
     def mean_return(self) -> float | None:
@@ -130,26 +126,17 @@ class PopulationEpisodeWindows:
     def add(self, policy_id: int, returns: Sequence[float], lengths: Sequence[int]) -> None:
         """Append finished episodes of policy `policy_id`."""
         self.windows[policy_id].add(returns, lengths)
-        mean = self.mean_return
-        if mean is None or math.isnan(mean):
-            return
-        if self._best_mean_return is None or mean > self._best_mean_return:
-            self._best_mean_return = mean
-
-    def _mean_of(self, means: list[float | None]) -> float | None:
-        if any(m is None for m in means):
-            return None
-        return sum(means) / len(means)  # type: ignore[arg-type]  # no None left
+        self._best_mean_return = _highest(self._best_mean_return, self.mean_return)
 
     @property
     def mean_return(self) -> float | None:
         """The mean of the policies' mean returns, or None before every policy has one."""
-        return self._mean_of([w.mean_return for w in self.windows.values()])
+        return _mean_of_all([w.mean_return for w in self.windows.values()])
 
     @property
     def mean_length(self) -> float | None:
         """The mean of the policies' mean episode lengths, or None as ``mean_return``."""
-        return self._mean_of([w.mean_length for w in self.windows.values()])
+        return _mean_of_all([w.mean_length for w in self.windows.values()])
 
     @property
     def count(self) -> int:
@@ -187,6 +174,21 @@ class PopulationEpisodeWindows:
         for p, window in self.windows.items():
             window.load_state_dict(saved[str(p)])
         self._best_mean_return = best
+
+
+def _highest(best: float | None, mean: float | None) -> float | None:
+    """The best mean after a window's mean became `mean` (None: no mean yet). A NaN mean is
+    left out: a NaN best would compare False forever and freeze the record."""
+    if mean is None or math.isnan(mean):
+        return best
+    return mean if best is None or mean > best else best
+
+
+def _mean_of_all(means: list[float | None]) -> float | None:
+    """The mean of `means`, or None while any of them is None."""
+    if any(m is None for m in means):
+        return None
+    return sum(means) / len(means)  # type: ignore[arg-type]  # no None left
 
 
 def _mean(values: deque[float]) -> float | None:
